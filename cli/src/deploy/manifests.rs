@@ -311,8 +311,8 @@ pub fn is_placeholder_grant(object: &Object) -> bool {
 }
 
 /// The waits between two checks of the placeholder policy: 0.5 to 1 s, then 1 to 2 s.
-const CHECK_BACKOFF: forewarn::adapters::backoff::Backoff =
-    forewarn::adapters::backoff::Backoff::new(CHECK_BACKOFF_FIRST, CHECK_BACKOFF_MAX);
+const CHECK_BACKOFF: backon::ExponentialBuilder =
+    forewarn::adapters::backoff::backoff(CHECK_BACKOFF_FIRST, CHECK_BACKOFF_MAX);
 const CHECK_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
 const CHECK_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -371,7 +371,7 @@ pub async fn check_placeholder_policy(
         forewarn::domain::config::NAMESPACE
     );
     let mut last = Enforcement::NotEnforced;
-    let mut waits = CHECK_BACKOFF.delays();
+    let mut waits = backon::BackoffBuilder::build(CHECK_BACKOFF);
     for attempt in 0..attempts.max(1) {
         if attempt > 0 {
             clock.sleep(waits.next().unwrap_or(CHECK_BACKOFF_MAX)).await;

@@ -295,15 +295,11 @@ impl Accounts {
             return Ok(config.clone());
         }
         let config = match &target {
-            Target::Own { region: None } => return Ok(self.base.clone()),
-            Target::Own {
-                region: Some(region),
-            } => self
-                .base
-                .clone()
-                .into_builder()
-                .region(Region::new(region.clone()))
-                .build(),
+            Target::Own { region: None } => self.base.clone(),
+            Target::Own { region: Some(r) } => {
+                let region = Region::new(r.clone());
+                self.base.clone().into_builder().region(region).build()
+            }
             Target::Member { region, role, .. } => {
                 let region = Some(Region::new(region.clone()));
                 assume_role(&self.base, role.clone(), SESSION_NAME, region).await
@@ -604,7 +600,7 @@ mod tests {
                 .message("User: arn:aws:sts::123456789012:assumed-role/h is not authorized")
                 .build();
             let refused = CredentialsError::provider_error(AssumeRoleError::generic(meta));
-            crate::adapters::aws::AwsError::of(refused)
+            crate::adapters::aws::AwsError(refused.into())
         };
         let lookup = |kind: FailureKind, code: &str| {
             PortError::new("ec2:DescribeInstances", kind, sts(code))

@@ -117,9 +117,9 @@ impl<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static> Operat
 pub type CallError<E> = SdkError<E, HttpResponse>;
 
 /// `call` (of any AWS SDK: their errors are the same types), failed with `e`: of the kind it
-/// says ([`failure_kind`]), kept whole ([`AwsError::of`]).
+/// says ([`failure_kind`]), kept whole ([`AwsError`]).
 pub fn call_error<E: OperationError>(call: impl Into<String>, e: CallError<E>) -> PortError {
-    PortError::new(call, failure_kind(&e), AwsError::of(e))
+    PortError::new(call, failure_kind(&e), AwsError(e.into()))
 }
 
 /// An AWS SDK error with its causes (the SDK's `Display` alone says "service error").
@@ -132,26 +132,11 @@ pub fn aws_error_text(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// An AWS SDK error, kept whole as the source of a port's error: it says its own text and every
-/// source's (the SDK's own Display says little more than `service error`), as its adapter
-/// wrote them, and [`std::error::Error::source`] gives the SDK's error.
+/// source's ([`aws_error_text`]: the SDK's own Display says little more than `service error`),
+/// and [`std::error::Error::source`] gives the SDK's error.
 #[derive(Debug, thiserror::Error)]
-#[error("{text}")]
-pub struct AwsError {
-    text: String,
-    #[source]
-    error: crate::ports::BoxError,
-}
-
-impl AwsError {
-    /// `error`, said with every source's text (see [`aws_error_text`]).
-    pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
-        let text = aws_error_text(&error);
-        AwsError {
-            text,
-            error: Box::new(error),
-        }
-    }
-}
+#[error("{}", aws_error_text(&**.0))]
+pub struct AwsError(#[source] pub crate::ports::BoxError);
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 //! DynamoDB store). The policy is a `backon` builder; the waits go through the [`Clock`]
 //! ([`ClockSleeper`]), so that a test's manual clock lets them pass at once.
 //!
-//! A [`Backoff`] waits "equal jitter" pauses: the `n`th wait is between half and all of
+//! [`backoff`] waits "equal jitter" pauses: the `n`th wait is between half and all of
 //! `first × 2^(n-1)`, never more than `max` (between `max / 2` and `max` once there). In
 //! `backon`'s terms: an exponential backoff from `first / 2` to `max / 2`, with jitter (each
 //! delay plus a random part of itself).
@@ -13,57 +13,27 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder, Sleeper};
+use backon::{ExponentialBuilder, Sleeper};
 
 use crate::ports::Clock;
 
-/// A retry policy: the waits between attempts, and how many there may be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// The longest first wait (the first wait is between half of it and all of it).
-    first: Duration,
-    /// The longest wait of all.
-    max: Duration,
-    /// How many waits (so retries) at most; `None`: as many as the caller allows.
-    retries: Option<usize>,
-}
-
-impl Backoff {
-    /// Waits of at most `first`, doubling up to `max`, as many as the caller allows (it stops
-    /// on its own terms: a deadline, a count of its own).
-    pub const fn new(first: Duration, max: Duration) -> Backoff {
-        Backoff {
-            first,
-            max,
-            retries: None,
-        }
+/// The retry policy of waits of at most `first`, doubling up to `max` (at least `first`), as
+/// many as the caller allows: a `backon` builder, for [`backon::Retryable::retry`], or whose
+/// `build()` gives the waits one after the other, for a loop that waits only on some of its
+/// failures. `with_max_times(n)` bounds the waits (so the retries) to `n`.
+pub const fn backoff(first: Duration, max: Duration) -> ExponentialBuilder {
+    const fn half(d: Duration) -> Duration {
+        Duration::from_nanos((d.as_nanos() / 2) as u64)
     }
-
-    /// The same waits, at most `retries` of them (so `retries + 1` attempts).
-    pub const fn with_retries(mut self, retries: usize) -> Backoff {
-        self.retries = Some(retries);
-        self
-    }
-
-    /// The policy as a `backon` builder (for [`backon::Retryable::retry`]).
-    pub fn builder(&self) -> ExponentialBuilder {
-        let max = self.max.max(self.first);
-        let builder = ExponentialBuilder::new()
-            .with_jitter()
-            .with_factor(2.0)
-            .with_min_delay(self.first / 2)
-            .with_max_delay(max / 2);
-        match self.retries {
-            Some(n) => builder.with_max_times(n),
-            None => builder.without_max_times(),
-        }
-    }
-
-    /// The waits one after the other (`None` once the retries are spent), for a loop that
-    /// waits only on some of its failures.
-    pub fn delays(&self) -> impl Iterator<Item = Duration> + Send + use<> {
-        self.builder().build()
-    }
+    let max = if max.as_nanos() < first.as_nanos() {
+        first
+    } else {
+        max
+    };
+    (ExponentialBuilder::new().with_jitter().with_factor(2.0))
+        .with_min_delay(half(first))
+        .with_max_delay(half(max))
+        .without_max_times()
 }
 
 /// `backon`'s [`Sleeper`] over a [`Clock`]: every retry's wait is the clock's.
@@ -83,7 +53,7 @@ impl Sleeper for ClockSleeper {
 mod tests {
     use super::*;
     use crate::adapters::clock::ManualClock;
-    use backon::Retryable;
+    use backon::{BackoffBuilder, Retryable};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -91,9 +61,9 @@ mod tests {
 
     #[test]
     fn waits_are_equal_jitter_of_a_doubling_delay_up_to_the_max() {
-        let backoff = Backoff::new(ms(200), ms(2000));
+        let backoff = backoff(ms(200), ms(2000));
         for _ in 0..50 {
-            let waits: Vec<Duration> = backoff.delays().take(7).collect();
+            let waits: Vec<Duration> = backoff.build().take(7).collect();
             let bounds = [200, 400, 800, 1600, 2000, 2000, 2000];
             for (wait, bound) in waits.iter().zip(bounds) {
                 assert!(
@@ -106,19 +76,13 @@ mod tests {
 
     #[test]
     fn retries_are_counted_when_asked() {
-        assert_eq!(
-            Backoff::new(ms(10), ms(10))
-                .with_retries(2)
-                .delays()
-                .count(),
-            2
-        );
-        assert_eq!(Backoff::new(ms(10), ms(10)).delays().take(100).count(), 100);
+        assert_eq!(backoff(ms(10), ms(10)).with_max_times(2).build().count(), 2);
+        assert_eq!(backoff(ms(10), ms(10)).build().take(100).count(), 100);
     }
 
     #[test]
     fn a_max_below_the_first_wait_is_the_first_wait() {
-        let waits: Vec<Duration> = Backoff::new(ms(100), ms(10)).delays().take(3).collect();
+        let waits: Vec<Duration> = backoff(ms(100), ms(10)).build().take(3).collect();
         assert!(
             waits.iter().all(|w| *w >= ms(50) && *w <= ms(100)),
             "{waits:?}"
@@ -134,7 +98,7 @@ mod tests {
             calls += 1;
             async { Err("no") }
         })
-        .retry(Backoff::new(ms(100), ms(100)).with_retries(3).builder())
+        .retry(backoff(ms(100), ms(100)).with_max_times(3))
         .sleep(ClockSleeper(clock.shared()))
         .await;
         assert_eq!(result, Err("no"));

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
-use super::aws::{AwsError, call_error, failure_kind, kind_of_code};
+use super::aws::{aws_error_text, call_error, failure_kind, kind_of_code};
 use crate::domain::retry::visibility_seconds;
 use crate::ports::{ContinuationQueue, FailureKind, PortError, Redeliver, Redelivery};
 
@@ -107,7 +107,7 @@ impl Redelivery for SqsRedelivery {
                         }));
                     }
                     Err(e) => {
-                        problems.push((failure_kind(&e), format!("{url}: {}", AwsError::of(e))))
+                        problems.push((failure_kind(&e), format!("{url}: {}", aws_error_text(&e))))
                     }
                 }
             }

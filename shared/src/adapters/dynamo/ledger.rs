@@ -1,6 +1,7 @@
 //! The idempotence ledger: the batch reads of its items, and the put that records one.
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
+use backon::BackoffBuilder;
 
 use super::codec::*;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
@@ -23,7 +24,7 @@ impl DynamoStore {
                 .consistent_read(true)
                 .build();
             let mut request = Some(request.map_err(self.invalid(what))?);
-            let mut waits = BACKOFF.delays();
+            let mut waits = BACKOFF.build();
             for round in 0..MAX_BATCH_ROUNDS {
                 let Some(keys) = request.take() else { break };
                 if round > 0 {

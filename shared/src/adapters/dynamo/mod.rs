@@ -65,12 +65,13 @@ use expr::{Expr, Known, PoolWrite};
 pub use secret::SecretKeys;
 
 use crate::adapters::aws::{AwsError, CallError, OperationError, failure_kind};
-use crate::adapters::backoff::Backoff;
+use crate::adapters::backoff::backoff;
 use crate::domain::fold::validate;
 use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::ports::{BoxError, FailureKind, PoolStore, PortError};
+use backon::{BackoffBuilder, ExponentialBuilder};
 
 /// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.
 pub const INDEX_UNAVAILABLE: &str = "unavailable";
@@ -145,7 +146,7 @@ impl DynamoStore {
 
     /// An AWS call that failed while doing `what`, with the kind its answer says.
     fn sdk_err<E: OperationError>(&self, what: impl Display, error: CallError<E>) -> PortError {
-        self.fail(failure_kind(&error), what, AwsError::of(error))
+        self.fail(failure_kind(&error), what, AwsError(error.into()))
     }
 }
 
@@ -191,7 +192,7 @@ impl PoolStore for DynamoStore {
         validate(update).map_err(self.invalid(&what))?;
         let max_lost_bets = 4 * pools.len() + 1;
         let (mut conflicts, mut lost_bets) = (0, 0);
-        let mut waits = BACKOFF.delays();
+        let mut waits = BACKOFF.build();
         while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
             let (items, token) = self.transaction(update, &keys, &pools)?;
             let sent = (self.client.transact_write_items())
@@ -293,10 +294,8 @@ impl PoolStore for DynamoStore {
                 e.value("now", n(now.timestamp()))
             );
             let what = "querying a pool's history";
-            for item in self
-                .items(Some((None, key_condition)), filter, e, what)
-                .await?
-            {
+            let items = self.items(Some((None, key_condition)), filter, e, what);
+            for item in items.await? {
                 entries.push(decode_history(&item)?);
             }
         }
@@ -364,8 +363,9 @@ impl PoolStore for DynamoStore {
 
 /// The wait after a transaction cancelled by a conflict (or in progress), and between two
 /// rounds of a ledger read: at most 50 ms, doubling up to 1 s, equal jitter (see
-/// [`Backoff`]); the loops count their attempts themselves.
-pub(super) const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+/// [`backoff`]); the loops count their attempts themselves.
+pub(super) const BACKOFF: ExponentialBuilder =
+    backoff(Duration::from_millis(50), Duration::from_secs(1));
 
 impl DynamoStore {
     /// Waits the next of `waits` on the store's clock.

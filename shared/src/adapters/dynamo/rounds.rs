@@ -24,10 +24,11 @@ use serde_with::{json::JsonString, serde_as};
 use super::DynamoStore;
 use super::codec::*;
 use super::expr::Expr;
-use crate::adapters::backoff::Backoff;
+use crate::adapters::backoff::backoff;
 use crate::domain::clusters::ClusterId;
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, Settled, round_of};
 use crate::ports::{FailureKind, OUTCOME_KEPT, PortError, TrafficRounds};
+use backon::{BackoffBuilder, ExponentialBuilder};
 
 /// The `sk` of a place and cluster's rounds.
 const ROUND_SK: &str = "ROUND";
@@ -40,7 +41,7 @@ const WRITE_ATTEMPTS: u32 = 50;
 const PUTS_AT_ONCE: usize = 16;
 /// The wait after a write that lost to another: rounds are contended by every batch waiting on
 /// them, and each write is short.
-const CONFLICT_BACKOFF: Backoff = Backoff::new(
+const CONFLICT_BACKOFF: ExponentialBuilder = backoff(
     std::time::Duration::from_millis(10),
     std::time::Duration::from_millis(200),
 );
@@ -58,7 +59,7 @@ impl DynamoStore {
         let pk = round_of(key);
         let read = format!("reading the rounds of {pk}");
         let what = format!("writing the rounds of {pk}");
-        let mut waits = CONFLICT_BACKOFF.delays();
+        let mut waits = CONFLICT_BACKOFF.build();
         for _ in 0..WRITE_ATTEMPTS {
             // As stored (a strongly consistent read), with their version (0: none).
             let item = self.get(&pk, ROUND_SK, &read).await?;
@@ -261,12 +262,8 @@ impl TrafficRounds for DynamoStore {
             .map(|i| item_key(&pk, &format!("{OUTCOME_SK_PREFIX}{i}")))
             .collect();
         let what = format!("reading the outcomes of {pk}");
-        let mut found = BTreeMap::new();
-        for item in self.batch_get(keys, &what).await? {
-            let (instance, outcome) = decode_outcome(&pk, &item)?;
-            found.insert(instance, outcome);
-        }
-        Ok(found)
+        let items = self.batch_get(keys, &what).await?;
+        items.iter().map(|item| decode_outcome(&pk, item)).collect()
     }
 }
 

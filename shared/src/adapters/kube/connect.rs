@@ -273,7 +273,8 @@ impl EksClients {
         }
         // Fetching credentials or signing a token may pass.
         let credentials = self.credentials.provide_credentials().await.map_err(|e| {
-            eks_error(&self.cluster, FailureKind::Unknown, AwsError::of(e)).doing("AWS credentials")
+            eks_error(&self.cluster, FailureKind::Unknown, AwsError(e.into()))
+                .doing("AWS credentials")
         })?;
         let signed_at = std::time::SystemTime::from(now);
         let token = eks_token(&self.cluster, &self.region, &credentials, signed_at)

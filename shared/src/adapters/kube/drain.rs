@@ -33,12 +33,13 @@ use super::events::{EventType, Said};
 use super::executor::KubeExecutor;
 use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
 use super::surge;
-use crate::adapters::backoff::Backoff;
+use crate::adapters::backoff::backoff;
 use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::surge::CHECK_EVERY;
 use crate::ports::{DrainRole, Pass, span};
 use ::kube::api::{ListParams, PostParams};
 use ::kube::{Api, ResourceExt};
+use backon::BackoffBuilder;
 use backon::{ConstantBuilder, Retryable};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -391,7 +392,7 @@ impl KubeExecutor {
                 .map_err(Ok)
         };
         // The waits after refusals; a `Retry-After` waited takes none of them.
-        let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
+        let mut waits = backoff(settings.backoff_initial, settings.backoff_max).build();
         let mut told = 0;
         let evicted = attempt
             .retry(ConstantBuilder::new().without_max_times())

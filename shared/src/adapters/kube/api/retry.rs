@@ -8,12 +8,13 @@ use std::time::Duration;
 use backon::Retryable;
 
 use super::rate_limit::Lane;
-use crate::adapters::backoff::Backoff;
+use crate::adapters::backoff::backoff;
 use crate::adapters::kube::connect::ClusterClient;
 use crate::adapters::kube::error::{
     ApiError, is_retryable, is_transient, retry_after, status_code,
 };
 use crate::ports::span;
+use backon::ExponentialBuilder;
 
 /// Page size of the lists of every object of a kind ([`list_all`]).
 const LIST_PAGE: u32 = 500;
@@ -23,7 +24,7 @@ pub(crate) const CALL_ATTEMPTS: u32 = 3;
 /// The waits between two attempts of a call: at most 200 ms, doubling, at most
 /// [`MAX_CALL_BACKOFF`] (equal jitter). The longest wait is what bounds how late a call retried
 /// until the work's deadline goes through after the API server is back.
-const CALL_BACKOFF: Backoff = Backoff::new(Duration::from_millis(200), MAX_CALL_BACKOFF);
+const CALL_BACKOFF: ExponentialBuilder = backoff(Duration::from_millis(200), MAX_CALL_BACKOFF);
 /// The longest wait between two attempts of a call retried until the work's deadline: a call
 /// goes through at most this long after the API server is back.
 const MAX_CALL_BACKOFF: Duration = Duration::from_secs(2);
@@ -49,7 +50,7 @@ where
     let until = clients.work.deadline;
     let backoff = match until {
         Some(_) => CALL_BACKOFF,
-        None => CALL_BACKOFF.with_retries(CALL_ATTEMPTS as usize - 1),
+        None => CALL_BACKOFF.with_max_times(CALL_ATTEMPTS as usize - 1),
     };
     let attempt = || {
         let answer = call();
@@ -59,7 +60,7 @@ where
         }
     };
     attempt
-        .retry(backoff.builder())
+        .retry(backoff)
         .sleep(clients.sleeper())
         .when(|e| match until {
             // Impatient work waits a throttle out, never an outage (the event comes back).
