@@ -7,6 +7,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -16,8 +17,6 @@ use super::{DynamoStore, MAX_KNOWN_POOLS};
 use crate::adapters::accounts::lock;
 use crate::adapters::aws::kind_of_code;
 use crate::domain::fold::history;
-use chrono::{DateTime, Utc};
-
 use crate::domain::plan::Plan;
 use crate::domain::pool::counter_name;
 use crate::ports::{FailureKind, PortError};

@@ -1,11 +1,10 @@
 //! The idempotence ledger: the batch reads of its items, and the put that records one.
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
+use chrono::{DateTime, Utc};
 
 use super::codec::*;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
-use chrono::{DateTime, Utc};
-
 use crate::domain::event::EventKind;
 use crate::ports::{FailureKind, PortError};
 
