@@ -20,7 +20,7 @@ use crate::domain::keys::KeyRing;
 use crate::domain::plan::Plan;
 pub use crate::domain::plan::pass::{DrainRole, Pass};
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord};
 use crate::domain::report::{DrainSummary, Report};
 
 /// What a call through a port is part of: the work under way, and when it must be over (a
@@ -345,9 +345,10 @@ pub trait PoolStore: Send + Sync {
     /// The subset of `event_ids` already applied (within the ledger's retention).
     async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError>;
 
-    /// Applies one event's update at most once: atomically records the event id and updates
-    /// every pool it marks. A duplicate event id changes nothing and answers `Duplicate`.
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError>;
+    /// Applies one event's plan at most once, recorded `at` (the caller's clock): atomically
+    /// records its ledger keys ([`Plan::ledger_keys`]) and updates every pool it marks. A
+    /// duplicate of any key changes nothing and answers `Duplicate`.
+    async fn apply(&self, plan: &Plan, at: DateTime<Utc>) -> Result<Applied, PortError>;
 
     /// The pools answering `query` at `now`, newest first.
     async fn pools(

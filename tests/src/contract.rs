@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use forewarn::domain::event::EventKind;
+use forewarn::domain::plan::Plan;
 use forewarn::domain::pool::{
-    Applied, CapacityType, PoolKey, PoolMark, PoolQuery, PoolRecord, PoolUpdate, Retention,
+    Applied, CapacityType, PoolKey, PoolMark, PoolQuery, PoolRecord, Retention,
 };
 use forewarn::ports::PoolStore;
 
@@ -47,18 +48,22 @@ pub fn mark(pool: &PoolKey, instance_id: &str, until: Option<DateTime<Utc>>) -> 
     }
 }
 
-/// A spot interruption `id` at `time`, recorded a second later, with `marks`.
-pub fn event(id: &str, time: DateTime<Utc>, marks: Vec<PoolMark>) -> PoolUpdate {
-    PoolUpdate {
+/// A spot interruption `id` at `time`, with `marks`.
+pub fn event(id: &str, time: DateTime<Utc>, marks: Vec<PoolMark>) -> Plan {
+    Plan {
         event_id: id.to_string(),
         kind: EventKind::SpotInterruption,
-        event_time: time,
+        time,
         region: Some("us-east-1".into()),
-        reason: format!("spot-interruption (terminate) {id}"),
-        marks,
-        recorded_at: time + Duration::seconds(1),
-        also_keys: Vec::new(),
+        summary: format!("spot-interruption (terminate) {id}"),
+        pools: marks,
+        ..Plan::default()
     }
+}
+
+/// When the tests record `update`: a second after its event.
+pub fn recorded(update: &Plan) -> DateTime<Utc> {
+    update.time + Duration::seconds(1)
 }
 
 fn all() -> PoolQuery {
@@ -68,9 +73,9 @@ fn all() -> PoolQuery {
     }
 }
 
-async fn apply(store: &dyn PoolStore, update: &PoolUpdate) -> Applied {
+async fn apply(store: &dyn PoolStore, update: &Plan) -> Applied {
     store
-        .apply(update)
+        .apply(update, recorded(update))
         .await
         .unwrap_or_else(|e| panic!("{}: applying {}: {e}", store.location(), update.event_id))
 }
@@ -119,7 +124,7 @@ pub async fn first_write_creates_the_pool(s: Subject) {
         first_seen: t,
         last_seen: t,
         last_event_id: "e-first".into(),
-        last_reason: update.reason.clone(),
+        last_reason: update.summary.clone(),
         last_instance_id: "i-0123".into(),
     };
     assert_eq!(pools(store, &PoolQuery::default(), t).await, [expected]);
@@ -176,7 +181,7 @@ pub async fn two_events_count_twice_and_the_newer_is_last(s: Subject) {
     assert_eq!(r.first_seen, t);
     assert_eq!(r.last_seen, t + Duration::minutes(2));
     assert_eq!(r.last_event_id, "e-2");
-    assert_eq!(r.last_reason, second.reason);
+    assert_eq!(r.last_reason, second.summary);
     assert_eq!(r.last_instance_id, "i-2");
     assert_eq!(r.unavailable_until, Some(t + Duration::minutes(12)));
     assert_eq!(
@@ -223,7 +228,7 @@ pub async fn late_event_never_shortens_nor_overwrites(s: Subject) {
     assert_eq!(apply(&*s.other, &older).await, Applied::Applied);
     let mut older_again = older.clone();
     older_again.event_id = "e-old-2".into();
-    older_again.event_time = t + Duration::minutes(1);
+    older_again.time = t + Duration::minutes(1);
     assert_eq!(apply(&*s.store, &older_again).await, Applied::Applied);
     let history = Retention::default().history;
     for store in [&*s.store, &*s.other] {
@@ -233,7 +238,7 @@ pub async fn late_event_never_shortens_nor_overwrites(s: Subject) {
         assert_eq!(r.last_seen, t + Duration::minutes(5));
         assert_eq!(r.last_event_id, "e-new");
         assert_eq!(r.last_instance_id, "i-new");
-        assert_eq!(r.last_reason, newer.reason);
+        assert_eq!(r.last_reason, newer.summary);
         assert_eq!(r.first_seen, t, "the earliest event time");
         assert_eq!(r.expires_at, t + Duration::minutes(30) + history);
     }
@@ -258,7 +263,7 @@ pub async fn late_event_never_shortens_nor_overwrites(s: Subject) {
         vec![mark(&key, "i-c", None)],
     );
     counting.kind = EventKind::StateChange;
-    counting.reason = "state-change (shutting-down)".into();
+    counting.summary = "state-change (shutting-down)".into();
     assert_eq!(apply(&*s.other, &counting).await, Applied::Applied);
     let r = record(&*s.store, &key, t).await;
     assert_eq!(r.unavailable_until, Some(t + Duration::hours(3)));
@@ -306,7 +311,9 @@ pub async fn concurrent_increments_are_never_lost(s: Subject) {
             time(i),
             vec![mark(&key, &format!("i-{i}"), Some(until(i)))],
         );
-        handles.push(tokio::spawn(async move { store.apply(&update).await }));
+        handles.push(tokio::spawn(async move {
+            store.apply(&update, recorded(&update)).await
+        }));
     }
     for (i, handle) in handles.into_iter().enumerate() {
         let result = handle
@@ -528,14 +535,20 @@ pub async fn multi_pool_event_is_atomic(s: Subject) {
             mark(&spot("m5.large", ""), "i-6", None),
         ],
     );
-    let err = store.apply(&bad).await.expect_err("a pool without a zone");
+    let err = store
+        .apply(&bad, recorded(&bad))
+        .await
+        .expect_err("a pool without a zone");
     assert!(err.to_string().contains("e-bad"), "{err}");
     let twice = event(
         "e-twice",
         later,
         vec![mark(&a, "i-5", None), mark(&a, "i-3", None)],
     );
-    let err = store.apply(&twice).await.expect_err("a pool marked twice");
+    let err = store
+        .apply(&twice, recorded(&twice))
+        .await
+        .expect_err("a pool marked twice");
     assert!(err.to_string().contains("marked twice"), "{err}");
     assert_eq!(pools(store, &all(), t).await, before);
     let ids = ["e-bad".to_string(), "e-twice".to_string()];
@@ -725,7 +738,7 @@ pub async fn updates_of_more_pools_than_the_limit_are_refused_whole(s: Subject) 
     let mut over = event("e-over", t, marks(MAX_POOLS_PER_UPDATE + 1));
     over.also_keys = vec!["sweep:spot-interruption:i-0".into()];
     let err = store
-        .apply(&over)
+        .apply(&over, recorded(&over))
         .await
         .expect_err("one pool more than the limit")
         .to_string();

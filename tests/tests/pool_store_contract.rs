@@ -18,7 +18,7 @@ use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::domain::pool::{Applied, PoolQuery, Retention};
 use forewarn::ports::{Corrupt, PoolStore};
-use forewarn_tests::contract::{Subject, event, mark, now, spot};
+use forewarn_tests::contract::{Subject, event, mark, now, recorded, spot};
 use forewarn_tests::moto;
 
 fn run_embedded<F, Fut>(case: F)
@@ -150,7 +150,10 @@ fn dynamodb_items_are_readable() {
         let key = spot("m5.large", "us-east-1a");
         let until = t + Duration::minutes(10);
         let update = event("e-raw", t, vec![mark(&key, "i-0123", Some(until))]);
-        assert_eq!(store.apply(&update).await.unwrap(), Applied::Applied);
+        assert_eq!(
+            store.apply(&update, recorded(&update)).await.unwrap(),
+            Applied::Applied
+        );
 
         let item = get(&client, &table, "POOL#spot#m5.large#us-east-1a", "POOL").await;
         assert_eq!(s(&item, "pool"), "spot#m5.large#us-east-1a");
@@ -165,7 +168,7 @@ fn dynamodb_items_are_readable() {
         assert_eq!(n(&item, "first_seen"), t.timestamp());
         assert_eq!(n(&item, "last_seen"), t.timestamp());
         assert_eq!(s(&item, "last_event_id"), "e-raw");
-        assert_eq!(s(&item, "last_reason"), update.reason);
+        assert_eq!(s(&item, "last_reason"), update.summary);
         assert_eq!(s(&item, "last_instance_id"), "i-0123");
         let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
         names.sort_unstable();
@@ -192,10 +195,10 @@ fn dynamodb_items_are_readable() {
 
         let ledger = get(&client, &table, "EVENT#e-raw", "EVENT").await;
         assert_eq!(s(&ledger, "kind"), "spot-interruption");
-        assert_eq!(n(&ledger, "recorded_at"), update.recorded_at.timestamp());
+        assert_eq!(n(&ledger, "recorded_at"), recorded(&update).timestamp());
         assert_eq!(
             n(&ledger, "expires_at"),
-            (update.recorded_at + Retention::default().ledger).timestamp()
+            (recorded(&update) + Retention::default().ledger).timestamp()
         );
         assert!(!ledger.contains_key("zone") && !ledger.contains_key("unavailable_until"));
     });
@@ -244,7 +247,7 @@ fn dynamodb_round_trips() {
         let window = |m| Some(t + Duration::minutes(m));
 
         // In order: one transaction per event, also for a count-only event inside a window.
-        a.apply(&event("e-1", t, vec![mark(&key, "i-1", window(10))]))
+        a.apply(&event("e-1", t, vec![mark(&key, "i-1", window(10))]), t)
             .await
             .unwrap();
         assert_eq!(trips(&a_count), 1);
@@ -253,25 +256,28 @@ fn dynamodb_round_trips() {
             t + Duration::minutes(1),
             vec![mark(&key, "i-2", window(11))],
         );
-        a.apply(&e2).await.unwrap();
+        a.apply(&e2, recorded(&e2)).await.unwrap();
         assert_eq!(trips(&a_count), 1);
         let e3 = event(
             "e-3",
             t + Duration::minutes(2),
             vec![mark(&key, "i-3", None)],
         );
-        a.apply(&e3).await.unwrap();
+        a.apply(&e3, recorded(&e3)).await.unwrap();
         assert_eq!(trips(&a_count), 1);
         // A duplicate: one cancelled transaction.
-        assert_eq!(a.apply(&e3).await.unwrap(), Applied::Duplicate);
+        assert_eq!(
+            a.apply(&e3, recorded(&e3)).await.unwrap(),
+            Applied::Duplicate
+        );
         assert_eq!(trips(&a_count), 1);
         // A late event on a store that has not seen the pool: the bet is lost once.
-        b.apply(&event("e-late", t, vec![mark(&key, "i-0", window(5))]))
+        b.apply(&event("e-late", t, vec![mark(&key, "i-0", window(5))]), t)
             .await
             .unwrap();
         assert_eq!(trips(&b_count), 2);
         // ... and not again.
-        b.apply(&event("e-late-2", t, vec![mark(&key, "i-0", window(5))]))
+        b.apply(&event("e-late-2", t, vec![mark(&key, "i-0", window(5))]), t)
             .await
             .unwrap();
         assert_eq!(trips(&b_count), 1);
@@ -297,7 +303,7 @@ fn dynamodb_rejects_more_pools_than_a_transaction_holds() {
             .map(|i| mark(&spot(&format!("m{i}.large"), "us-east-1a"), "i-1", None))
             .collect();
         let err = store
-            .apply(&event("e-big", t, marks))
+            .apply(&event("e-big", t, marks), t)
             .await
             .expect_err("150 pools do not fit in one transaction");
         let msg = err.to_string();
@@ -307,7 +313,7 @@ fn dynamodb_rejects_more_pools_than_a_transaction_holds() {
             .map(|i| mark(&spot(&format!("m{i}.large"), "us-east-1a"), "i-1", None))
             .collect();
         assert_eq!(
-            store.apply(&event("e-49", t, marks)).await.unwrap(),
+            store.apply(&event("e-49", t, marks), t).await.unwrap(),
             Applied::Applied
         );
         let all = PoolQuery {
@@ -368,7 +374,7 @@ fn dynamodb_missing_table_is_an_error_naming_it() {
         let client = aws_sdk_dynamodb::Client::new(&moto::shared().sdk_config());
         let store = DynamoStore::new(client, "no-such-table");
         let err = store
-            .apply(&event("e", now(), vec![]))
+            .apply(&event("e", now(), vec![]), now())
             .await
             .expect_err("no table");
         assert!(err.to_string().contains("no-such-table"), "{err}");

@@ -28,7 +28,8 @@ use forewarn::app::priorities::{
 use forewarn::app::priorities::{ExpanderError, ExpanderStore, StoredExpander};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::expander::ANNOTATION;
-use forewarn::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
+use forewarn::domain::plan::Plan;
+use forewarn::domain::pool::{CapacityType, PoolKey, PoolMark};
 use forewarn::domain::priorities::BasePriorities;
 use forewarn::ports::PoolStore;
 use forewarn_tests::moto::{runtime, shared, unique_name};
@@ -151,14 +152,14 @@ async fn groups(sdk: &aws_config::SdkConfig, cluster: &str) -> [String; 4] {
 /// An interruption event's pool update marking `pools` unavailable until `until`: (instance
 /// type, zone ID) each, as pools are keyed (moto maps us-east-1a to use1-az6, us-east-1b to
 /// use1-az1).
-fn interruption(id: &str, pools: &[(&str, &str)], until: chrono::DateTime<Utc>) -> PoolUpdate {
-    PoolUpdate {
+fn interruption(id: &str, pools: &[(&str, &str)], until: chrono::DateTime<Utc>) -> Plan {
+    Plan {
         event_id: id.into(),
         kind: EventKind::SpotInterruption,
-        event_time: Utc::now(),
+        time: Utc::now(),
         region: Some("us-east-1".into()),
-        reason: "spot-interruption (terminate)".into(),
-        marks: pools
+        summary: "spot-interruption (terminate)".into(),
+        pools: pools
             .iter()
             .enumerate()
             .map(|(i, (t, z))| PoolMark {
@@ -167,8 +168,7 @@ fn interruption(id: &str, pools: &[(&str, &str)], until: chrono::DateTime<Utc>) 
                 unavailable_until: Some(until),
             })
             .collect(),
-        recorded_at: Utc::now(),
-        also_keys: Vec::new(),
+        ..Plan::default()
     }
 }
 
@@ -270,7 +270,7 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
         let until = now + Duration::minutes(10);
         // Three of the mixed group's four pools, then the fourth; the single group's one pool.
         store
-            .apply(&interruption("ev-1", &[("m5.large", "use1-az6"), ("m5.large", "use1-az1"), ("m5a.large", "use1-az6")], until))
+            .apply(&interruption("ev-1", &[("m5.large", "use1-az6"), ("m5.large", "use1-az1"), ("m5a.large", "use1-az6")], until), Utc::now())
             .await
             .unwrap();
 
@@ -318,11 +318,11 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
 
         // The single group's pool goes too; the write meets a concurrent one and is redone.
         store
-            .apply(&interruption("ev-2", &[("m5.xlarge", "use1-az6")], now + Duration::minutes(20)))
+            .apply(&interruption("ev-2", &[("m5.xlarge", "use1-az6")], now + Duration::minutes(20)), Utc::now())
             .await
             .unwrap();
         store
-            .apply(&interruption("ev-3", &[("m5a.large", "use1-az1")], now + Duration::minutes(5)))
+            .apply(&interruption("ev-3", &[("m5a.large", "use1-az1")], now + Duration::minutes(5)), Utc::now())
             .await
             .unwrap();
         let racing = Racing {
@@ -438,11 +438,14 @@ fn the_sweeper_never_creates_the_expander_configmap() {
         let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
         let now = Utc::now();
         store
-            .apply(&interruption(
-                "ev-1",
-                &[("m5.xlarge", "use1-az6")],
-                now + Duration::minutes(10),
-            ))
+            .apply(
+                &interruption(
+                    "ev-1",
+                    &[("m5.xlarge", "use1-az6")],
+                    now + Duration::minutes(10),
+                ),
+                now,
+            )
             .await
             .unwrap();
         let fake = Arc::new(forewarn_tests::cluster::deployed().await);

@@ -21,10 +21,11 @@ use serde::de::DeserializeOwned;
 
 use crate::adapters::clock::SystemClock;
 use crate::domain::clusters::ClusterId;
-use crate::domain::fold::{fold, validate};
+use crate::domain::fold::{self, fold, validate};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
+use crate::domain::plan::Plan;
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention};
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, Retention};
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, round_of};
 use crate::ports::{
     BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, PortError, Settled, TrafficRounds, span,
@@ -225,32 +226,32 @@ impl PoolStore for EmbeddedStore {
         .await
     }
 
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
-        let what = format!("applying event {}", update.event_id);
+    async fn apply(&self, plan: &Plan, at: DateTime<Utc>) -> Result<Applied, PortError> {
+        let what = format!("applying event {}", plan.event_id);
         let invalid = |m| PortError::store(self.path.display(), FailureKind::Invalid, m);
-        validate(update).map_err(|m| invalid(m).doing(&what))?;
-        let (update, retention) = (update.clone(), self.retention);
-        let recorded_ms = update.recorded_at.timestamp_millis();
+        validate(plan).map_err(|m| invalid(m).doing(&what))?;
+        let (plan, retention) = (plan.clone(), self.retention);
+        let recorded_ms = at.timestamp_millis();
         self.write_off(what, move |txn| {
             let mut ledger = txn.open_table(LEDGER)?;
-            for key in update.ledger_keys() {
+            for key in plan.ledger_keys() {
                 if ledger.get(key)?.is_some_and(|v| v.value().1 > recorded_ms) {
                     return Ok(Applied::Duplicate);
                 }
             }
-            let expires = (update.recorded_at + retention.ledger).timestamp_millis();
-            for key in update.ledger_keys() {
+            let expires = (at + retention.ledger).timestamp_millis();
+            for key in plan.ledger_keys() {
                 ledger.insert(key, (recorded_ms, expires))?;
             }
             let mut pools = txn.open_table(POOLS)?;
-            for mark in &update.marks {
+            for mark in &plan.pools {
                 let key = mark.pool.to_string();
                 let existing = pools.get(key.as_str())?.map(|v| decode(&key, v.value()));
-                let record = fold(existing.transpose()?, &update, mark, &retention);
+                let record = fold(existing.transpose()?, &plan, mark, &retention);
                 pools.insert(key.as_str(), serde_json::to_string(&record)?.as_str())?;
             }
             let mut history = txn.open_table(HISTORY)?;
-            for entry in HistoryEntry::of(&update, &retention) {
+            for entry in fold::history(&plan, &retention) {
                 let key = format!(
                     "{}#{:013}#{}#{}",
                     entry.pool,
@@ -519,20 +520,18 @@ mod tests {
     use chrono::{Duration, TimeZone};
     use redb::ReadableTableMetadata;
 
-    fn update(id: &str, recorded_at: DateTime<Utc>) -> PoolUpdate {
-        PoolUpdate {
+    fn update(id: &str, recorded_at: DateTime<Utc>) -> Plan {
+        Plan {
             event_id: id.into(),
             kind: EventKind::SpotInterruption,
-            event_time: recorded_at,
-            region: None,
-            reason: "r".into(),
-            marks: vec![PoolMark {
+            time: recorded_at,
+            summary: "r".into(),
+            pools: vec![PoolMark {
                 pool: PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a"),
                 instance_id: "i-1".into(),
                 unavailable_until: Some(recorded_at + Duration::minutes(10)),
             }],
-            recorded_at,
-            also_keys: Vec::new(),
+            ..Plan::default()
         }
     }
 
@@ -547,14 +546,17 @@ mod tests {
         store.retention = retention;
         let long_ago = Utc::now() - Duration::days(3);
         assert_eq!(
-            store.apply(&update("e1", long_ago)).await.unwrap(),
+            store
+                .apply(&update("e1", long_ago), long_ago)
+                .await
+                .unwrap(),
             Applied::Applied
         );
         assert!(store.applied(&["e1".into()]).await.unwrap().is_empty());
         // Redelivered after the ledger forgot it: applied again.
         let later = long_ago + Duration::hours(2);
         assert_eq!(
-            store.apply(&update("e1", later)).await.unwrap(),
+            store.apply(&update("e1", later), later).await.unwrap(),
             Applied::Applied
         );
         let txn = store.db.begin_read().unwrap();
@@ -610,13 +612,13 @@ mod tests {
         let now = Utc.timestamp_opt(Utc::now().timestamp(), 0).unwrap();
         {
             let store = EmbeddedStore::open(dir.path()).unwrap();
-            store.apply(&update("e1", now)).await.unwrap();
+            store.apply(&update("e1", now), now).await.unwrap();
         }
         let store = EmbeddedStore::open(dir.path()).unwrap();
         assert_eq!(store.path(), dir.path().join("pools.redb"));
         assert!(store.location().contains("pools.redb"));
         assert_eq!(
-            store.apply(&update("e1", now)).await.unwrap(),
+            store.apply(&update("e1", now), now).await.unwrap(),
             Applied::Duplicate
         );
         assert_eq!(

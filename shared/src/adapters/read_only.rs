@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::domain::keys::KeyRing;
+use crate::domain::plan::Plan;
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord};
 use crate::ports::{FailureKind, PoolStore, PortError};
 
 /// A view of a store that reads but never writes: `apply` answers what it would have done.
@@ -23,12 +24,9 @@ where
         self.0.applied(event_ids).await
     }
 
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
-        let seen = self
-            .0
-            .applied(std::slice::from_ref(&update.event_id))
-            .await?;
-        Ok(if seen.contains(&update.event_id) {
+    async fn apply(&self, plan: &Plan, _: DateTime<Utc>) -> Result<Applied, PortError> {
+        let seen = self.0.applied(std::slice::from_ref(&plan.event_id)).await?;
+        Ok(if seen.contains(&plan.event_id) {
             Applied::Duplicate
         } else {
             Applied::Applied

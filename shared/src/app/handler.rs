@@ -847,7 +847,8 @@ mod tests {
         }
         async fn apply(
             &self,
-            _: &crate::domain::pool::PoolUpdate,
+            _: &crate::domain::plan::Plan,
+            _: DateTime<Utc>,
         ) -> Result<crate::domain::pool::Applied, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }

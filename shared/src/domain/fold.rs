@@ -8,19 +8,20 @@
 //!   grows by one;
 //! * counters always count, whatever the order events arrive in;
 //! * `unavailable_until` and `expires_at` only ever grow (a late event never shortens a window);
-//! * `first_seen` is the earliest `event_time` applied to the pool (the event's own time, not the
+//! * `first_seen` is the earliest event time applied to the pool (the event's own time, not the
 //!   time the store recorded it, so a redelivered or late event moves it back to when the pool
 //!   was really first hit);
 //! * `last_seen`, `last_event_id`, `last_reason` and `last_instance_id` come from the event with
-//!   the latest `event_time`; on a tie the event applied last wins;
+//!   the latest event time; on a tie the event applied last wins;
 //! * `region` is set whenever an event carries one;
-//! * `expires_at` is `max(previous expires_at, retention.pool_expiry(event_time, window))`, i.e.
+//! * `expires_at` is `max(previous expires_at, retention.pool_expiry(event time, window))`, i.e.
 //!   `retention.history` after the later of the last event and the end of the latest window.
 
 use std::collections::BTreeMap;
 
+use crate::domain::plan::Plan;
 use crate::domain::pool::{
-    MAX_POOLS_PER_UPDATE, PoolKey, PoolMark, PoolRecord, PoolUpdate, Retention, counter_name,
+    HistoryEntry, MAX_POOLS_PER_UPDATE, PoolKey, PoolMark, PoolRecord, Retention, counter_name,
 };
 
 /// An update no store takes (see [`validate`]).
@@ -42,22 +43,22 @@ pub enum InvalidUpdate {
 /// Checks what every store needs of an update: an event id, at most [`MAX_POOLS_PER_UPDATE`]
 /// marks, each pool marked once (a transaction touches an item once), and pool keys that
 /// round-trip through their string form (no empty part, no `#` inside one).
-pub fn validate(update: &PoolUpdate) -> Result<(), InvalidUpdate> {
-    if update.event_id.is_empty() {
+pub fn validate(plan: &Plan) -> Result<(), InvalidUpdate> {
+    if plan.event_id.is_empty() {
         return Err(InvalidUpdate::NoEventId);
     }
-    if update.marks.len() > MAX_POOLS_PER_UPDATE {
+    if plan.pools.len() > MAX_POOLS_PER_UPDATE {
         return Err(InvalidUpdate::TooManyPools {
-            marks: update.marks.len(),
+            marks: plan.pools.len(),
         });
     }
-    for (i, mark) in update.marks.iter().enumerate() {
+    for (i, mark) in plan.pools.iter().enumerate() {
         let pool = &mark.pool;
         let bad = |part: &str| part.is_empty() || part.contains('#');
         if bad(&pool.instance_type) || bad(&pool.zone) {
             return Err(InvalidUpdate::BadPoolKey(pool.clone()));
         }
-        if update.marks[..i].iter().any(|m| m.pool == *pool) {
+        if plan.pools[..i].iter().any(|m| m.pool == *pool) {
             return Err(InvalidUpdate::MarkedTwice(pool.clone()));
         }
     }
@@ -68,11 +69,11 @@ pub fn validate(update: &PoolUpdate) -> Result<(), InvalidUpdate> {
 /// semantics of every store; see the module documentation.
 pub fn fold(
     existing: Option<PoolRecord>,
-    update: &PoolUpdate,
+    plan: &Plan,
     mark: &PoolMark,
     retention: &Retention,
 ) -> PoolRecord {
-    let t = update.event_time;
+    let t = plan.time;
     let expiry = retention.pool_expiry(t, mark.unavailable_until);
     let mut record = existing.unwrap_or_else(|| PoolRecord {
         pool: mark.pool.clone(),
@@ -82,13 +83,13 @@ pub fn fold(
         counters: BTreeMap::new(),
         first_seen: t,
         last_seen: t,
-        last_event_id: update.event_id.clone(),
-        last_reason: update.reason.clone(),
+        last_event_id: plan.event_id.clone(),
+        last_reason: plan.summary.clone(),
         last_instance_id: mark.instance_id.clone(),
     });
     let counter = record
         .counters
-        .entry(counter_name(update.kind).to_string())
+        .entry(counter_name(plan.kind).to_string())
         .or_default();
     *counter = counter.saturating_add(1);
     record.unavailable_until = record.unavailable_until.max(mark.unavailable_until);
@@ -96,14 +97,28 @@ pub fn fold(
     record.first_seen = record.first_seen.min(t);
     if t >= record.last_seen {
         record.last_seen = t;
-        record.last_event_id.clone_from(&update.event_id);
-        record.last_reason.clone_from(&update.reason);
+        record.last_event_id.clone_from(&plan.event_id);
+        record.last_reason.clone_from(&plan.summary);
         record.last_instance_id.clone_from(&mark.instance_id);
     }
-    if update.region.is_some() {
-        record.region.clone_from(&update.region);
+    if plan.region.is_some() {
+        record.region.clone_from(&plan.region);
     }
     record
+}
+
+/// The entries `plan` adds to the history: one per pool it marks.
+pub fn history(plan: &Plan, retention: &Retention) -> Vec<HistoryEntry> {
+    let entry = |m: &PoolMark| HistoryEntry {
+        pool: m.pool.clone(),
+        kind: plan.kind,
+        event_id: plan.event_id.clone(),
+        instance_id: m.instance_id.clone(),
+        at: plan.time,
+        unavailable_until: m.unavailable_until,
+        expires_at: retention.pool_expiry(plan.time, m.unavailable_until),
+    };
+    plan.pools.iter().map(entry).collect()
 }
 
 #[cfg(test)]
@@ -122,16 +137,15 @@ mod tests {
         PoolKey::new(CapacityType::Spot, t, "us-east-1a")
     }
 
-    fn update(id: &str, time: i64, marks: Vec<PoolMark>) -> PoolUpdate {
-        PoolUpdate {
+    fn update(id: &str, time: i64, marks: Vec<PoolMark>) -> Plan {
+        Plan {
             event_id: id.into(),
             kind: EventKind::SpotInterruption,
-            event_time: at(time),
+            time: at(time),
             region: Some("us-east-1".into()),
-            reason: format!("reason {id}"),
-            marks,
-            recorded_at: at(time + 1),
-            also_keys: Vec::new(),
+            summary: format!("reason {id}"),
+            pools: marks,
+            ..Plan::default()
         }
     }
 
@@ -160,7 +174,7 @@ mod tests {
             err.to_string(),
             "pool `spot#m5.large#us-east-1a` is marked twice (an update marks a pool once)"
         );
-        assert_eq!(validate(&update("e", 0, u.marks[..2].to_vec())), Ok(()));
+        assert_eq!(validate(&update("e", 0, u.pools[..2].to_vec())), Ok(()));
     }
 
     #[test]
@@ -168,8 +182,8 @@ mod tests {
         let r = Retention::default();
         let newer = update("new", 100, vec![mark("m5.large", "i-new", Some(200))]);
         let older = update("old", 50, vec![mark("m5.large", "i-old", Some(150))]);
-        let rec = fold(None, &newer, &newer.marks[0], &r);
-        let rec = fold(Some(rec), &older, &older.marks[0], &r);
+        let rec = fold(None, &newer, &newer.pools[0], &r);
+        let rec = fold(Some(rec), &older, &older.pools[0], &r);
         assert_eq!(rec.interruptions(), 2);
         assert_eq!(rec.last_event_id, "new");
         assert_eq!(rec.last_instance_id, "i-new");
@@ -184,8 +198,8 @@ mod tests {
         let r = Retention::default();
         let marking = update("m", 0, vec![mark("m5.large", "i-1", Some(3600))]);
         let counting = update("c", 60, vec![mark("m5.large", "i-1", None)]);
-        let rec = fold(None, &marking, &marking.marks[0], &r);
-        let rec = fold(Some(rec), &counting, &counting.marks[0], &r);
+        let rec = fold(None, &marking, &marking.pools[0], &r);
+        let rec = fold(Some(rec), &counting, &counting.pools[0], &r);
         assert_eq!(rec.unavailable_until, Some(at(3600)));
         assert_eq!(rec.expires_at, at(3600) + r.history);
         assert_eq!(rec.last_event_id, "c");
@@ -200,7 +214,7 @@ mod tests {
             seed in any::<u64>(),
         ) {
             let r = Retention { ledger: Duration::days(1), history: Duration::days(2) };
-            let updates: Vec<PoolUpdate> = events
+            let updates: Vec<Plan> = events
                 .iter()
                 .map(|(t, until)| update(&format!("e{t}"), *t, vec![mark("m5.large", &format!("i-{t}"), *until)]))
                 .collect();
@@ -211,8 +225,8 @@ mod tests {
                 s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 shuffled.swap(i, (s >> 33) as usize % (i + 1));
             }
-            let apply_all = |us: &[PoolUpdate]| {
-                us.iter().fold(None, |rec, u| Some(fold(rec, u, &u.marks[0], &r)))
+            let apply_all = |us: &[Plan]| {
+                us.iter().fold(None, |rec, u| Some(fold(rec, u, &u.pools[0], &r)))
             };
             let (a, b) = (apply_all(&updates), apply_all(&shuffled));
             prop_assert_eq!(&a, &b);

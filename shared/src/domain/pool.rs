@@ -118,40 +118,6 @@ pub struct PoolMark {
     pub unavailable_until: Option<DateTime<Utc>>,
 }
 
-/// One event's worth of pool updates, applied at most once.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolUpdate {
-    pub event_id: String,
-    pub kind: EventKind,
-    /// The event's own time.
-    pub event_time: DateTime<Utc>,
-    pub region: Option<String>,
-    /// Human-readable reason, e.g. `spot-interruption (terminate)`.
-    pub reason: String,
-    pub marks: Vec<PoolMark>,
-    /// When the store applies it (the caller's clock, so tests are deterministic).
-    pub recorded_at: DateTime<Utc>,
-    /// Further idempotence keys recorded in the ledger with the event id, in the same atomic
-    /// write: the update is a duplicate when the event id or any of these was applied before.
-    /// The sweeper's per-instance keys (`sweep:<kind>:<instance>`), so that a sweep after a
-    /// handled event, or a handled event after a sweep, counts once.
-    #[serde(default)]
-    pub also_keys: Vec<String>,
-}
-
-impl PoolUpdate {
-    /// The event id and the further keys, without repeats.
-    pub fn ledger_keys(&self) -> Vec<&str> {
-        let mut keys: Vec<&str> = vec![self.event_id.as_str()];
-        for k in &self.also_keys {
-            if !keys.contains(&k.as_str()) {
-                keys.push(k);
-            }
-        }
-        keys
-    }
-}
-
 /// The result of applying an update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -305,23 +271,6 @@ pub struct HistoryEntry {
 }
 
 impl HistoryEntry {
-    /// The entries `update` adds to the history: one per mark.
-    pub fn of(update: &PoolUpdate, retention: &Retention) -> Vec<HistoryEntry> {
-        update
-            .marks
-            .iter()
-            .map(|m| HistoryEntry {
-                pool: m.pool.clone(),
-                kind: update.kind,
-                event_id: update.event_id.clone(),
-                instance_id: m.instance_id.clone(),
-                at: update.event_time,
-                unavailable_until: m.unavailable_until,
-                expires_at: retention.pool_expiry(update.event_time, m.unavailable_until),
-            })
-            .collect()
-    }
-
     /// Whether the entry matters for the period `[since, now]`: its event is in it, or its
     /// window overlaps it; and it has not expired.
     pub fn in_period(&self, since: DateTime<Utc>, now: DateTime<Utc>) -> bool {

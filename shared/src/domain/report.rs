@@ -245,7 +245,7 @@ mod tests {
     use super::*;
     use crate::domain::config::Config;
     use crate::domain::event::{Event, Origin};
-    use crate::domain::fixtures::{event, instance, node_facts, t0};
+    use crate::domain::fixtures::{event, instance, node_facts};
     use crate::domain::fold::validate;
     use crate::domain::plan::{Facts, decide};
     use crate::domain::pool::{CapacityType, MAX_POOLS_PER_UPDATE};
@@ -312,7 +312,7 @@ mod tests {
         );
         assert!(!why.contains("m48.large"), "{why}");
         // The store is never given more than it takes.
-        assert_eq!(validate(&plan.pool_update(t0())), Ok(()));
+        assert_eq!(validate(&plan), Ok(()));
         // The report says so.
         let record = Record::new(Origin::bare("h.json"), Ok(e.clone()));
         let report = Report::new(&record).with_plan(&plan);
@@ -339,10 +339,10 @@ mod tests {
         let record = Record::new(Origin::bare("h.json"), Ok(e));
         assert_eq!(Report::new(&record).with_plan(&plan).reason, None);
         // One mark more is refused by every store.
-        let mut update = plan.pool_update(t0());
-        let mut extra = update.marks[0].clone();
+        let mut update = plan.clone();
+        let mut extra = update.pools[0].clone();
         extra.pool.instance_type = "x1.large".into();
-        update.marks.push(extra);
+        update.pools.push(extra);
         let err = validate(&update).unwrap_err();
         assert_eq!(
             err.to_string(),

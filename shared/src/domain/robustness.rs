@@ -17,7 +17,6 @@ use crate::domain::fixtures::{self, instance, node_facts};
 use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::decode_value;
 use crate::domain::plan::{Facts, decide, drain_deadline};
-use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{CapacityType, Retention};
 use crate::domain::time::parse_duration;
 use crate::domain::time::within_sane_range;
@@ -158,12 +157,11 @@ proptest! {
             .collect();
         let _ = drain_deadline(&e, &config);
         let plan = decide(&e, Facts::new(&instances, &nodes), &config);
-        let update = plan.pool_update(received());
         let retention = Retention::default();
-        for m in &update.marks {
-            let _ = retention.pool_expiry(update.event_time, m.unavailable_until);
+        for m in &plan.pools {
+            let _ = retention.pool_expiry(plan.time, m.unavailable_until);
         }
-        let _ = HistoryEntry::of(&update, &retention);
+        let _ = crate::domain::fold::history(&plan, &retention);
     }
 
     /// Any time in a continuation's times: decoding returns, and a continuation it takes has

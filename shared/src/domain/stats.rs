@@ -171,7 +171,8 @@ fn group(pools: &[PoolStats], key: impl Fn(&PoolStats) -> String) -> Vec<GroupSt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::pool::{CapacityType, PoolKey, PoolUpdate, Retention};
+    use crate::domain::plan::Plan;
+    use crate::domain::pool::{CapacityType, PoolKey, Retention};
     use chrono::TimeZone;
     use proptest::prelude::*;
 
@@ -255,21 +256,19 @@ mod tests {
 
     #[test]
     fn an_update_makes_one_entry_per_mark_with_the_history_ttl() {
-        let update = PoolUpdate {
+        let update = Plan {
             event_id: "e1".into(),
             kind: EventKind::SpotInterruption,
-            event_time: t(0),
-            region: None,
-            reason: "r".into(),
-            marks: vec![crate::domain::pool::PoolMark {
+            time: t(0),
+            summary: "r".into(),
+            pools: vec![crate::domain::pool::PoolMark {
                 pool: PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a"),
                 instance_id: "i-1".into(),
                 unavailable_until: Some(t(1)),
             }],
-            recorded_at: t(0),
-            also_keys: vec![],
+            ..Plan::default()
         };
-        let entries = HistoryEntry::of(&update, &Retention::default());
+        let entries = crate::domain::fold::history(&update, &Retention::default());
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].expires_at, t(1) + Duration::days(30));
     }

@@ -7,6 +7,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -15,7 +16,9 @@ use super::expr::*;
 use super::{DynamoStore, MAX_KNOWN_POOLS};
 use crate::adapters::accounts::lock;
 use crate::adapters::aws::kind_of_code;
-use crate::domain::pool::{HistoryEntry, PoolUpdate, counter_name};
+use crate::domain::fold::history;
+use crate::domain::plan::Plan;
+use crate::domain::pool::counter_name;
 use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
@@ -24,7 +27,8 @@ impl DynamoStore {
     /// (last, so that the cancellation reasons of the items above keep their places).
     pub(super) fn transaction(
         &self,
-        update: &PoolUpdate,
+        plan: &Plan,
+        at: DateTime<Utc>,
         keys: &[&str],
         pools: &[PoolWrite],
     ) -> Result<(Vec<TransactWriteItem>, String), PortError> {
@@ -35,13 +39,13 @@ impl DynamoStore {
                 .map(|w| Known::bets(known.get(&w.pk), w))
                 .collect()
         };
-        let token = request_token(&(&self.table, update, self.retention, &bets));
-        let ledger = keys.iter().map(|k| self.ledger_put(update, k));
+        let token = request_token(&(&self.table, plan, at, self.retention, &bets));
+        let ledger = keys.iter().map(|k| self.ledger_put(plan.kind, at, k));
         let mut items = ledger.collect::<Result<Vec<_>, _>>()?;
         for (write, bets) in pools.iter().zip(bets) {
-            items.push(self.pool_update(update, write, bets)?);
+            items.push(self.pool_update(plan, write, bets)?);
         }
-        for entry in HistoryEntry::of(update, &self.retention) {
+        for entry in history(plan, &self.retention) {
             // No index holds it: it has none of their sort keys.
             items.push(self.put("a history item", history_item(&entry), |put| put)?);
         }
@@ -52,7 +56,7 @@ impl DynamoStore {
     /// `bets` say the event's value wins, else only where there is none; the bets its condition.
     fn pool_update(
         &self,
-        update: &PoolUpdate,
+        plan: &Plan,
         w: &PoolWrite,
         bets: Bets,
     ) -> Result<TransactWriteItem, PortError> {
@@ -64,7 +68,7 @@ impl DynamoStore {
             ("instance_type", &pool.instance_type),
             ("zone", &pool.zone),
         ];
-        let region = update.region.as_deref().map(|r| ("region", r));
+        let region = plan.region.as_deref().map(|r| ("region", r));
         let texts = texts.into_iter().chain(region);
         let mut set: Vec<String> = texts.map(|(attr, v)| e.is(attr, s(v))).collect();
         let assign = |name: &str, value: &str, win: bool| match win {
@@ -93,14 +97,14 @@ impl DynamoStore {
             set.push(assign(&name, &value, win));
         }
         for (attr, placeholder, value) in [
-            ("last_event_id", "eid", update.event_id.as_str()),
-            ("last_reason", "reason", &update.reason),
+            ("last_event_id", "eid", plan.event_id.as_str()),
+            ("last_reason", "reason", &plan.summary),
             ("last_instance_id", "iid", &w.mark.instance_id),
         ] {
             let (name, value) = (e.name(attr), e.value(placeholder, s(value)));
             set.push(assign(&name, &value, bets.last));
         }
-        let counter = e.name(counter_name(update.kind));
+        let counter = e.name(counter_name(plan.kind));
         let count = e.value("n", AttributeValue::N("1".into()));
         let what = format!("building the update of pool {pool}");
         let up = Update::builder()
@@ -281,7 +285,7 @@ mod tests {
 
     #[tokio::test]
     async fn more_pools_than_a_transaction_holds_is_an_error_naming_the_count() {
-        let err = store().apply(&update(100)).await.unwrap_err();
+        let err = store().apply(&update(100), at(1)).await.unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.contains("100 pools") && msg.contains("dynamodb table t"),
@@ -295,26 +299,26 @@ mod tests {
         let u = update(3);
         let keys = u.ledger_keys();
         let pools = PoolWrite::of(&u, &store.retention);
-        let token = |store: &DynamoStore, u: &PoolUpdate| {
-            let (items, token) = store.transaction(u, &keys, &pools).unwrap();
+        let token = |store: &DynamoStore, u: &Plan, recorded_at| {
+            let (items, token) = store.transaction(u, recorded_at, &keys, &pools).unwrap();
             assert_eq!(items.len(), 1 + 3 + 3);
             token
         };
-        let first = token(&store, &u);
+        let first = token(&store, &u, at(1));
         // DynamoDB takes 1 to 36 characters.
         assert_eq!(first.len(), 35, "{first}");
         assert!(first.starts_with("fw-") && first[3..].bytes().all(|b| b.is_ascii_hexdigit()));
         // The same transaction built again: the same token, as for the SDK's retry of a request
         // whose answer was lost.
         for _ in 0..5 {
-            assert_eq!(token(&store, &u), first);
+            assert_eq!(token(&store, &u, at(1)), first);
         }
         // Another event id: another token.
-        let other = PoolUpdate {
+        let other = Plan {
             event_id: "e-2".into(),
             ..u.clone()
         };
-        assert_ne!(token(&store, &other), first);
+        assert_ne!(token(&store, &other, at(1)), first);
         // The transaction sent again after a lost bet (another condition): another token.
         let known = Known {
             until: Some(i64::MAX),
@@ -323,17 +327,13 @@ mod tests {
             expires_at: Some(i64::MAX),
         };
         lock(&store.known).insert(pools[0].pk.clone(), known);
-        assert_ne!(token(&store, &u), first);
+        assert_ne!(token(&store, &u, at(1)), first);
         // The same event recorded at another time (a redelivery): another token.
         let fresh = DynamoStore::new(store.client.clone(), "t");
-        assert_eq!(token(&fresh, &u), first);
-        let later = PoolUpdate {
-            recorded_at: at(2),
-            ..u.clone()
-        };
-        assert_ne!(token(&fresh, &later), first);
+        assert_eq!(token(&fresh, &u, at(1)), first);
+        assert_ne!(token(&fresh, &u, at(2)), first);
         // Another table: another token.
         let other = DynamoStore::new(store.client.clone(), "t2");
-        assert_ne!(token(&other, &u), first);
+        assert_ne!(token(&other, &u, at(1)), first);
     }
 }

@@ -216,7 +216,8 @@ pub(super) struct LedgerItem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::dynamo::testing::{store, update};
+    use crate::adapters::dynamo::testing::{at, store, update};
+    use crate::domain::event::EventKind;
     use crate::domain::pool::HistoryEntry;
     use crate::domain::pool::{CapacityType, Retention};
     use crate::ports::Corrupt;
@@ -232,7 +233,9 @@ mod tests {
     /// The items below exactly as stored: the pool tables of earlier releases hold them.
     #[test]
     fn the_ledger_item_is_stored_as_it_always_was() {
-        let put = store().ledger_put(&update(1), "e-1").unwrap();
+        let put = store()
+            .ledger_put(EventKind::SpotInterruption, at(1), "e-1")
+            .unwrap();
         let stored = item(vec![
             ("pk", s("EVENT#e-1")),
             ("sk", s("EVENT")),
@@ -246,7 +249,7 @@ mod tests {
     #[test]
     fn the_history_item_is_stored_as_it_always_was() {
         let retention = Retention::default();
-        let entry = &HistoryEntry::of(&update(1), &retention)[0];
+        let entry = &crate::domain::fold::history(&update(1), &retention)[0];
         let put = store().put("h", history_item(entry), |p| p).unwrap();
         let mut stored = item(vec![
             ("pk", s("POOL#spot#m0.large#us-east-1a")),

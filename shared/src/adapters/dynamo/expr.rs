@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::codec::{ceil_secs, pool_pk};
-use crate::domain::pool::{PoolMark, PoolUpdate, Retention};
+use crate::domain::plan::Plan;
+use crate::domain::pool::{PoolMark, Retention};
 
 /// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
 /// ones).
@@ -49,16 +50,16 @@ pub(super) struct PoolWrite {
 }
 
 impl PoolWrite {
-    /// The writes of `update`, one per pool it marks.
-    pub(super) fn of(update: &PoolUpdate, retention: &Retention) -> Vec<PoolWrite> {
+    /// The writes of `plan`, one per pool it marks.
+    pub(super) fn of(plan: &Plan, retention: &Retention) -> Vec<PoolWrite> {
         let write = |mark: &PoolMark| PoolWrite {
             pk: pool_pk(&mark.pool),
-            time: update.event_time.timestamp(),
+            time: plan.time.timestamp(),
             until: mark.unavailable_until.map(ceil_secs),
-            expires: ceil_secs(retention.pool_expiry(update.event_time, mark.unavailable_until)),
+            expires: ceil_secs(retention.pool_expiry(plan.time, mark.unavailable_until)),
             mark: mark.clone(),
         };
-        update.marks.iter().map(write).collect()
+        plan.pools.iter().map(write).collect()
     }
 }
 
@@ -120,7 +121,7 @@ mod tests {
     fn write(time: i64, until: Option<i64>, expires: i64) -> PoolWrite {
         let u = update(1);
         PoolWrite {
-            mark: u.marks[0].clone(),
+            mark: u.pools[0].clone(),
             pk: "POOL#p".into(),
             time,
             until,

@@ -2,10 +2,11 @@
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 use backon::BackoffBuilder;
+use chrono::{DateTime, Utc};
 
 use super::codec::*;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
-use crate::domain::pool::PoolUpdate;
+use crate::domain::event::EventKind;
 use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
@@ -54,16 +55,17 @@ impl DynamoStore {
 
     pub(super) fn ledger_put(
         &self,
-        update: &PoolUpdate,
+        kind: EventKind,
+        at: DateTime<Utc>,
         key: &str,
     ) -> Result<TransactWriteItem, PortError> {
-        let recorded = update.recorded_at.timestamp();
+        let recorded = at.timestamp();
         let item = LedgerItem {
             pk: event_pk(key),
             sk: EVENT_SK,
-            kind: update.kind.as_str(),
+            kind: kind.as_str(),
             recorded_at: recorded,
-            expires_at: ceil_secs(update.recorded_at + self.retention.ledger),
+            expires_at: ceil_secs(at + self.retention.ledger),
         };
         // An expired entry (not yet deleted by the TTL) no longer counts as applied.
         self.put("the ledger put", item, |put| {

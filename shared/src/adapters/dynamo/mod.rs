@@ -68,8 +68,9 @@ use crate::adapters::aws::{AwsError, CallError, OperationError, failure_kind};
 use crate::adapters::backoff::backoff;
 use crate::domain::fold::validate;
 use crate::domain::keys::KeyRing;
+use crate::domain::plan::Plan;
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
+use crate::domain::pool::{Applied, PoolQuery, PoolRecord, Retention};
 use crate::ports::{BoxError, FailureKind, PoolStore, PortError};
 use backon::{BackoffBuilder, ExponentialBuilder};
 
@@ -174,27 +175,27 @@ impl PoolStore for DynamoStore {
     }
 
     /// One transaction, sent again until its bets hold (see the module's documentation).
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
-        let id = &update.event_id;
+    async fn apply(&self, plan: &Plan, at: DateTime<Utc>) -> Result<Applied, PortError> {
+        let id = &plan.event_id;
         let what = format!("applying event {id}");
-        let keys = update.ledger_keys();
-        let pools = PoolWrite::of(update, &self.retention);
-        if pools.len() + keys.len() + update.marks.len() > 100 {
+        let keys = plan.ledger_keys();
+        let pools = PoolWrite::of(plan, &self.retention);
+        if pools.len() + keys.len() + plan.pools.len() > 100 {
             let why = format!(
                 "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds at \
                  most 100 items: the ledger entries, the pools and their history entries",
                 pools.len(),
-                update.marks.len(),
+                plan.pools.len(),
                 keys.len()
             );
             return Err(self.fail(FailureKind::Invalid, what, why));
         }
-        validate(update).map_err(self.invalid(&what))?;
+        validate(plan).map_err(self.invalid(&what))?;
         let max_lost_bets = 4 * pools.len() + 1;
         let (mut conflicts, mut lost_bets) = (0, 0);
         let mut waits = BACKOFF.build();
         while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
-            let (items, token) = self.transaction(update, &keys, &pools)?;
+            let (items, token) = self.transaction(plan, at, &keys, &pools)?;
             let sent = (self.client.transact_write_items())
                 .set_transact_items(Some(items))
                 .client_request_token(token)

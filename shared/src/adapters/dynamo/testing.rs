@@ -6,28 +6,29 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use super::DynamoStore;
 use crate::domain::event::EventKind;
-use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
+use crate::domain::plan::Plan;
+use crate::domain::pool::{CapacityType, PoolKey, PoolMark};
 
 pub(super) fn at(secs: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap()
 }
 
-pub(super) fn update(marks: usize) -> PoolUpdate {
-    PoolUpdate {
+/// An update recorded at `at(1)`.
+pub(super) fn update(marks: usize) -> Plan {
+    Plan {
         event_id: "e-1".into(),
         kind: EventKind::SpotInterruption,
-        event_time: at(0) + chrono::Duration::milliseconds(700),
+        time: at(0) + chrono::Duration::milliseconds(700),
         region: Some("us-east-1".into()),
-        reason: "r".into(),
-        marks: (0..marks)
+        summary: "r".into(),
+        pools: (0..marks)
             .map(|i| PoolMark {
                 pool: PoolKey::new(CapacityType::Spot, &format!("m{i}.large"), "us-east-1a"),
                 instance_id: format!("i-{i}"),
                 unavailable_until: Some(at(60) + chrono::Duration::milliseconds(1)),
             })
             .collect(),
-        recorded_at: at(1),
-        also_keys: Vec::new(),
+        ..Plan::default()
     }
 }
 

@@ -419,7 +419,7 @@ impl Pipeline<'_> {
         outcome: Outcome,
         now: DateTime<Utc>,
     ) -> Report {
-        match self.store.apply(&plan.pool_update(now)).await {
+        match self.store.apply(plan, now).await {
             Ok(Applied::Applied) => Report { outcome, ..report },
             Ok(Applied::Duplicate) if plan.also_keys.is_empty() => {
                 report.ended(Outcome::Duplicate, "event id already applied")

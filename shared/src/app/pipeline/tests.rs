@@ -166,25 +166,22 @@ async fn adaptive_after_five_followed(
     zone_id: Option<&str>,
     zone_of: fn(i64) -> &'static str,
 ) -> (crate::domain::config::Action, String) {
-    use crate::domain::pool::{PoolMark, PoolUpdate};
+    use crate::domain::pool::PoolMark;
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let clock = clock();
-    let update =
-        |id: String, kind: EventKind, at: DateTime<Utc>, instance: String, zone| PoolUpdate {
-            event_id: id,
-            kind,
-            event_time: at,
-            region: None,
-            reason: kind.to_string(),
-            marks: vec![PoolMark {
-                pool: PoolKey::new(CapacityType::Spot, "m5.large", zone),
-                instance_id: instance,
-                unavailable_until: None,
-            }],
-            recorded_at: at,
-            also_keys: Vec::new(),
-        };
+    let update = |id: String, kind: EventKind, at: DateTime<Utc>, instance: String, zone| Plan {
+        event_id: id,
+        kind,
+        time: at,
+        summary: kind.to_string(),
+        pools: vec![PoolMark {
+            pool: PoolKey::new(CapacityType::Spot, "m5.large", zone),
+            instance_id: instance,
+            unavailable_until: None,
+        }],
+        ..Plan::default()
+    };
     for n in 0..5 {
         let at = clock.now() - chrono::Duration::days(n + 1);
         let instance = format!("i-0a1b2c3d4e5f700{n}0");
@@ -196,7 +193,7 @@ async fn adaptive_after_five_followed(
             update(format!("r{n}"), rebalance, at, instance.clone(), zone),
             update(format!("s{n}"), spot, later, instance, zone),
         ] {
-            store.apply(&u).await.unwrap();
+            store.apply(&u, u.time).await.unwrap();
         }
     }
     let config = Config {

@@ -14,7 +14,7 @@ use crate::domain::event::{
 pub use crate::domain::facts::Target;
 use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::domain::policy::Followed;
-use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
+use crate::domain::pool::{CapacityType, PoolKey, PoolMark};
 
 mod choice;
 #[cfg(test)]
@@ -118,7 +118,10 @@ pub struct Plan {
     pub event_reason: String,
     /// The reason of the Event recorded on each pod a drain evicts (`SpotInterruption`, ...).
     pub pod_event_reason: String,
-    /// Further idempotence keys the pool update records (see [`PoolUpdate::also_keys`]).
+    /// Further idempotence keys recorded in the ledger with the event id, in the same atomic
+    /// write: the pool update is a duplicate when the event id or any of these was applied
+    /// before. The sweeper's per-instance keys (`sweep:<kind>:<instance>`), so that a sweep
+    /// after a handled event, or a handled event after a sweep, counts once.
     pub also_keys: Vec<String>,
     /// The cluster the plan's node actions are for (`None`: a deployment naming no cluster):
     /// a drain's continuation carries its plan, and with it where its passes run.
@@ -134,18 +137,15 @@ impl Plan {
             .any(|a| a.action != Action::None || a.complete_lifecycle.is_some())
     }
 
-    /// The pool store update of this plan (the ledger entry even when no pool is known).
-    pub fn pool_update(&self, recorded_at: DateTime<Utc>) -> PoolUpdate {
-        PoolUpdate {
-            event_id: self.event_id.clone(),
-            kind: self.kind,
-            event_time: self.time,
-            region: self.region.clone(),
-            reason: self.summary.clone(),
-            marks: self.pools.clone(),
-            recorded_at,
-            also_keys: self.also_keys.clone(),
+    /// The ledger keys of its pool update: the event id and the further keys, without repeats.
+    pub fn ledger_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = vec![self.event_id.as_str()];
+        for k in &self.also_keys {
+            if !keys.contains(&k.as_str()) {
+                keys.push(k);
+            }
         }
+        keys
     }
 }
 
