@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use forewarn::app::settings::{Settings, StoreChoice};
 use forewarn::app::wiring;
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::event::{DecodeError, Origin};
 use forewarn::domain::inbound::{self, Record};
 use forewarn::domain::report::{Outcome, Tally};
@@ -124,7 +125,7 @@ pub async fn run(
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
     if let Some(name) = args.cluster.clone() {
-        settings.config.cluster_name = Some(name);
+        settings.config.cluster = Some(ClusterId::at(&Place::default(), &name));
     }
     if let Some(path) = &args.policy {
         settings.config.policy = forewarn::app::settings::read_policy(path)?;

@@ -22,6 +22,7 @@ use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::Handler;
+use forewarn::domain::clusters::ClusterId;
 use forewarn::domain::config::Config;
 use forewarn::domain::event::LifecycleAction;
 use forewarn::domain::fixtures::ec2_node;
@@ -399,7 +400,7 @@ fn handler_of(
     dir: &std::path::Path,
 ) -> Handler {
     let config = Config {
-        cluster_name: Some(cluster.into()),
+        cluster: Some(ClusterId::at(&Place::default(), cluster)),
         surge_kinds: Default::default(),
         ..Config::default()
     };

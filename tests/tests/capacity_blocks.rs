@@ -19,6 +19,7 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::sweeper::Sweeper;
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::config::{Action, Config};
 use forewarn::domain::fixtures::{node_object, pod_object};
 use forewarn::domain::policy::Policy;
@@ -268,7 +269,7 @@ async fn world() -> World {
 /// The handler as deployed on `w` (its policy: gpu-b only cordoned), and its store and EC2.
 fn handler(w: &World) -> (Handler, Arc<DynamoStore>, Arc<Ec2Directory>) {
     let config = Config {
-        cluster_name: Some(w.cluster.clone()),
+        cluster: Some(ClusterId::at(&Place::default(), &w.cluster)),
         policy: Policy::parse(POLICY).unwrap(),
         ..Config::default()
     };

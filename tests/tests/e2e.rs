@@ -21,6 +21,7 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::Handler;
 use forewarn::app::pipeline::Passes;
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::config::Config;
 use forewarn::domain::fixtures::{app_pod as pod, ec2_node};
 use forewarn::domain::pool::PoolQuery;
@@ -165,7 +166,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         // each pod would wait for its latest safe time, in real seconds. Surge through the
         // pipeline is tested in kube_actions, on the fake's scheduler and autoscaler models.
         let config = Config {
-            cluster_name: Some(cluster.clone()),
+            cluster: Some(ClusterId::at(&Place::default(), &cluster)),
             surge_kinds: Default::default(),
             ..Config::default()
         };

@@ -26,6 +26,7 @@ use forewarn::app::priorities::{
     BaseSource, Change, Priorities, PriorityRunError, PrioritySettings,
 };
 use forewarn::app::priorities::{ExpanderError, ExpanderStore, StoredExpander};
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::expander::ANNOTATION;
 use forewarn::domain::plan::Plan;
@@ -469,7 +470,7 @@ fn the_sweeper_never_creates_the_expander_configmap() {
                 }),
                 ..Handler::new(
                     Config {
-                        cluster_name: Some(cluster.clone()),
+                        cluster: Some(ClusterId::at(&Place::default(), &cluster)),
                         ..Config::default()
                     },
                     store,

@@ -13,6 +13,7 @@ use forewarn::adapters::upkeep::live_cluster;
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::sweeper::Sweeper;
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::config::Config;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::node_object;
@@ -59,7 +60,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             "metadata": {"name": "claim-h", "finalizers": ["karpenter.sh/termination"]}, "spec": {}}));
 
         let config = Config {
-            cluster_name: Some(cluster.clone()),
+            cluster: Some(ClusterId::at(&Place::default(), &cluster)),
             ..Config::default()
         };
         let clients = as_sweeper(&fake);
@@ -270,7 +271,7 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
         fake.set_clock(move || fakes.now());
         let known = seed_instances_and_nodes(&fake, now);
         let config = Config {
-            cluster_name: Some("demo".into()),
+            cluster: Some(ClusterId::at(&Place::default(), "demo")),
             ..Config::default()
         };
         let clients = as_sweeper(&fake).with_clock(clock.shared());

@@ -37,6 +37,7 @@ use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::pipeline::Passes;
 use forewarn::app::settings::Settings as Deployed;
+use forewarn::domain::clusters::ClusterId;
 use forewarn::domain::facts::{CapacityBlock, InstanceFacts};
 use forewarn::domain::inbound::continuation::Tenant;
 use forewarn::domain::pool::CapacityType;
@@ -105,7 +106,7 @@ fn deployed(overrides: &[(&str, String)]) -> anyhow::Result<Deployed> {
         ("FOREWARN_CLUSTERS", CLUSTER.to_string()),
     ])?;
     // The fleet names the one cluster so.
-    d.config.cluster_name = Some(CLUSTER.to_string());
+    d.config.cluster = Some(ClusterId::at(&Place::default(), CLUSTER));
     let value = |name: &str| {
         overrides
             .iter()

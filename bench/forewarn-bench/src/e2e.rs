@@ -10,6 +10,7 @@ use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::config::Config;
 use forewarn::domain::fixtures::{app_pod as pod, ec2_node as node, spot_json};
 use forewarn::domain::report::Outcome;
@@ -165,7 +166,7 @@ impl Bench {
         let image = any_image(&ec2).await?;
         let fake = KubeFake::start().await;
         let config = Config {
-            cluster_name: Some(CLUSTER.to_string()),
+            cluster: Some(ClusterId::at(&Place::default(), CLUSTER)),
             ..Config::default()
         };
         let clients = ClusterClient::new(fake.client());

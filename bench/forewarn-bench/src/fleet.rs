@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures;
@@ -578,7 +579,7 @@ async fn cordons(s: &Settings, manifest: bool, loaded: bool) -> anyhow::Result<f
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
     let nodes = clients.nodes(&known, Default::default()).await?;
     let config = forewarn::domain::config::Config {
-        cluster_name: Some("blue".into()),
+        cluster: Some(ClusterId::at(&Place::default(), "blue")),
         ..Default::default()
     };
     let executor = Arc::new(KubeExecutor::new(clients, &config));

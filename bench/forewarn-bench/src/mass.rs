@@ -988,7 +988,7 @@ pub(crate) async fn fleet_run(
         .prefix("forewarn-bench-mass-")
         .tempdir()?;
     let config = Config {
-        cluster_name: (members.len() == 1).then(|| members[0].name.clone()),
+        cluster: (members.len() == 1).then(|| ClusterId::at(&Place::default(), &members[0].name)),
         ..config_of(mode)
     };
     let queue = Arc::new(Queue::default());
@@ -1325,7 +1325,7 @@ async fn start_fake(mode: RunMode) -> KubeFake {
 /// forewarn's configuration in a run: surge drains when `mode` says.
 fn config_of(mode: RunMode) -> Config {
     Config {
-        cluster_name: Some(CLUSTER.to_string()),
+        cluster: Some(ClusterId::at(&Place::default(), CLUSTER)),
         surge_kinds: if mode.surge {
             forewarn::domain::surge::SURGE_KINDS.into()
         } else {

@@ -250,12 +250,7 @@ impl Sweeper {
             region,
             ..own.clone()
         };
-        let id = id
-            .or_else(|| {
-                let name = config.cluster_name.as_deref()?;
-                Some(ClusterId::at(&Place::default(), name))
-            })
-            .map(|id| id.or(&own));
+        let id = id.or_else(|| config.cluster.clone()).map(|id| id.or(&own));
         let place = id.as_ref().map_or(own, |id| id.place.clone());
         ClusterSweep {
             sweeper: self,
@@ -282,10 +277,12 @@ pub struct ClusterSweep<'a> {
 impl ClusterSweep<'_> {
     /// The cluster's name, as its instances' tag says it: what its steps look for.
     fn tag(&self) -> Result<&str, SweepError> {
-        self.config
-            .cluster_name
-            .as_deref()
-            .ok_or(SweepError::NoCluster)
+        Ok(&self
+            .config
+            .cluster
+            .as_ref()
+            .ok_or(SweepError::NoCluster)?
+            .name)
     }
 
     /// Every step in this cluster (see [`Sweeper::run`]).

@@ -342,7 +342,7 @@ fn own_place(settings: &Settings, sdk: Option<&aws_config::SdkConfig>) -> Place 
 
 /// The webhook the settings name, if any (its TLS stack warmed up here, once per cold start).
 fn notifier(settings: &Settings) -> Result<Option<Arc<dyn Notifier>>, SetupError> {
-    let cluster = &settings.config.cluster_name;
+    let cluster = settings.config.cluster.as_ref().map(|c| c.name.clone());
     let webhook = settings.webhook.as_ref();
     let webhook = webhook.map(|config| Webhook::new(config.clone(), cluster.clone()));
     let webhook = webhook.transpose().map_err(SetupError::Webhook)?;

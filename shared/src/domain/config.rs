@@ -100,11 +100,9 @@ pub fn nth_taint_key(kind: EventKind) -> Option<&'static str> {
 /// forewarn's configuration. [`Config::default`] is the documented default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// The cluster forewarn acts for; instances tagged for another cluster are never touched.
-    pub cluster_name: Option<String>,
-    /// The served cluster whole (account, region, name), when the deployment knows it: what
-    /// reports, metrics and a drain's signed continuation name. Set by the fleet, never from
-    /// a variable.
+    /// The cluster forewarn acts for (its name: instances tagged for another cluster are never
+    /// touched), whole (account, region, name) when the deployment knows it: what reports,
+    /// metrics and a drain's signed continuation name. Set by the fleet, never from a variable.
     pub cluster: Option<crate::domain::clusters::ClusterId>,
     /// Decisions for instances that are no served cluster's (see [`crate::domain::clusters`]):
     /// every node action is refused, pools are still recorded. Set by the handler for those
@@ -194,7 +192,6 @@ pub const LABEL_EXCLUDE_LB: &str = "node.kubernetes.io/exclude-from-external-loa
 impl Default for Config {
     fn default() -> Self {
         Config {
-            cluster_name: None,
             cluster: None,
             unserved: false,
             actions: BTreeMap::from([

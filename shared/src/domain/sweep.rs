@@ -134,7 +134,7 @@ pub fn sweep_keys_of(
             ..
         } if event.kind == EventKind::CapacityBlockExpiration => {
             let place = Place::of_event(event);
-            let cluster = (config.cluster_name.as_deref()).map(|c| ClusterId::at(&place, c));
+            let cluster = (config.cluster.as_ref()).map(|c| ClusterId::at(&place, &c.name));
             let key = block_key(reservation_id, *end_date, cluster.as_ref());
             return (key != event.id).then_some(key).into_iter().collect();
         }

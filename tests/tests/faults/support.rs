@@ -17,6 +17,7 @@ use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::pipeline::Passes;
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::config::Config;
 use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE};
 use forewarn::domain::fixtures::{app_pod, ec2_node};
@@ -127,7 +128,7 @@ impl World {
         // each pod would wait for its latest safe time, in real seconds. Surge through the
         // pipeline is tested in kube_actions, on the fake's scheduler and autoscaler models.
         let config = Config {
-            cluster_name: Some(cluster.clone()),
+            cluster: Some(ClusterId::at(&Place::default(), &cluster)),
             surge_kinds: Default::default(),
             ..Config::default()
         };

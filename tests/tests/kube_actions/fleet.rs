@@ -114,7 +114,7 @@ fn blue_and_green() -> Vec<ClusterId> {
 
 fn handler(two: &Two, dir: &std::path::Path) -> Handler {
     let base = Config {
-        cluster_name: None,
+        cluster: None,
         ..config()
     };
     let clients = ["blue", "green"]

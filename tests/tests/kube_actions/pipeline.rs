@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::fixtures::{self, pod_object};
 use forewarn::ports::Clock;
 use kube_fake::Method;
@@ -90,11 +91,11 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     // name, as the fleet gives it.
     let mut config = settings.config.clone();
     config.surge_kinds.clear();
-    config.cluster_name = Some("demo".into());
+    config.cluster = Some(ClusterId::at(&Place::default(), "demo"));
     w.config = config.clone();
     let webhook = forewarn::adapters::webhook::Webhook::new(
         settings.webhook.clone().unwrap(),
-        config.cluster_name.clone(),
+        Some("demo".into()),
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();

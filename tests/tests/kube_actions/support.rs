@@ -12,6 +12,7 @@ use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::kube::{ClusterClient, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub(crate) use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::pipeline::{Passes, Pipeline};
+use forewarn::domain::clusters::{ClusterId, Place};
 use forewarn::domain::config::Config;
 use forewarn::domain::event::{Detail, Event, EventKind};
 use forewarn::domain::facts::InstanceFacts;
@@ -58,7 +59,7 @@ pub(crate) fn instance(id: &str, dns: &str) -> InstanceFacts {
 /// in `surge`).
 pub(crate) fn config() -> Config {
     Config {
-        cluster_name: Some("demo".into()),
+        cluster: Some(ClusterId::at(&Place::default(), "demo")),
         surge_kinds: BTreeSet::new(),
         ..Config::default()
     }

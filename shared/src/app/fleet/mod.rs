@@ -75,7 +75,6 @@ impl Cluster {
     pub async fn config(&self, base: &Config, clock: &dyn Clock) -> Config {
         let mut config = base.clone();
         if let Some(id) = &self.id {
-            config.cluster_name = Some(id.name.clone());
             config.cluster = Some(id.clone());
         }
         if let Some(cache) = &self.policies {
@@ -181,7 +180,7 @@ async fn list(
 
 impl Fleet {
     /// One cluster, whose services are given (a deployment of one cluster, a replay, the
-    /// tests). Its name is the cluster's, else the configuration's `cluster_name`.
+    /// tests). Its name is the cluster's, else the configuration's `cluster`'s.
     pub fn one(cluster: Cluster) -> Fleet {
         Fleet::of(Served::One(Arc::new(cluster)))
     }
@@ -223,7 +222,7 @@ impl Fleet {
     }
 
     /// The served clusters, each whole (of the own place when it names none; empty: one
-    /// cluster, named by nobody; `base` is the configuration whose `cluster_name` names a lone
+    /// cluster, named by nobody; `base` is the configuration whose `cluster` names a lone
     /// cluster that does not name itself). For every cluster of places, the catalog's lists,
     /// read again when older than [`RELIST`] or, when the batch's instances name a cluster
     /// among `seen` that the last list does not have (one created since), at most every
@@ -237,7 +236,7 @@ impl Fleet {
         let own = &self.own;
         match &self.served {
             Served::One(cluster) => {
-                let named = base.cluster_name.as_deref().map(|n| ClusterId::at(own, n));
+                let named = base.cluster.as_ref().map(|id| id.or(own));
                 Ok(cluster
                     .id
                     .as_ref()
@@ -548,7 +547,7 @@ mod tests {
     async fn a_lone_cluster_is_named_by_the_configuration_when_it_names_none() {
         let fleet = Fleet::one(Cluster::none()).at(own());
         let base = Config {
-            cluster_name: Some("demo".into()),
+            cluster: Some(ClusterId::at(&Place::default(), "demo")),
             ..Config::default()
         };
         let now = Utc::now();
@@ -569,6 +568,6 @@ mod tests {
             .unwrap()
             .config(&base, &ManualClock::at(now))
             .await;
-        assert_eq!(config.cluster_name.as_deref(), Some("demo"));
+        assert_eq!(config.cluster, base.cluster);
     }
 }

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::adapters::clock::ManualClock;
 use crate::adapters::embedded::EmbeddedStore;
+use crate::domain::clusters::ClusterId;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::fixtures::{event_json, spot_json as spot};
 use crate::domain::inbound::decode_value;
@@ -884,7 +885,7 @@ fn drain_continuation(
 
 fn blue() -> Config {
     Config {
-        cluster_name: Some("blue".into()),
+        cluster: Some(ClusterId::at(&Place::default(), "blue")),
         ..Config::default()
     }
 }

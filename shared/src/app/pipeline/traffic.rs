@@ -82,7 +82,7 @@ impl Pipeline<'_> {
                 place.push((*i, plan));
             }
         }
-        let Some(cluster) = self.config.cluster_name.as_deref() else {
+        let Some(cluster) = self.config.cluster.as_ref().map(|c| c.name.as_str()) else {
             let why = "not taken off the load balancers: the deployment names no cluster \
                        (the served clusters'), whose tag says which target groups are its";
             let all = drains.into_values().flatten();
@@ -170,7 +170,7 @@ impl Pipeline<'_> {
         let (Some(traffic), true, Some(cluster), Some(rounds)) = (
             self.traffic,
             self.mode.writes_cluster(),
-            self.config.cluster_name.as_deref(),
+            self.config.cluster.as_ref().map(|c| c.name.as_str()),
             self.store.traffic_rounds(),
         ) else {
             return;

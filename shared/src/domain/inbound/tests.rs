@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::domain::event::autoscaling::{ASG_LAUNCHING, ASG_TERMINATING};
 use crate::domain::event::{
@@ -895,7 +896,7 @@ fn a_capacity_block_plan_drains_by_the_termination_start_and_refuses_an_odcr() {
     };
     let instances = BTreeMap::from([(instance.instance_id.clone(), instance)]);
     let config = Config {
-        cluster_name: Some("demo".into()),
+        cluster: Some(ClusterId::at(&Place::default(), "demo")),
         ..Config::default()
     };
     if let Detail::CapacityBlock { block, .. } = &mut e.detail {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Action;
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
@@ -18,7 +19,7 @@ fn event() -> Event {
 
 fn config() -> Config {
     Config {
-        cluster_name: Some("demo".into()),
+        cluster: Some(ClusterId::at(&Place::default(), "demo")),
         ..Config::default()
     }
 }

@@ -161,11 +161,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         event_reason,
         pod_event_reason,
         also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances, config),
-        cluster: config
-            .cluster
-            .as_ref()
-            .map(ToString::to_string)
-            .or_else(|| config.cluster_name.clone()),
+        cluster: config.cluster.as_ref().map(ToString::to_string),
         ..Plan::default()
     };
     match &event.detail {
@@ -469,7 +465,7 @@ fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> 
 
 /// Why the instance is another cluster's, when it is tagged for others and not for this one.
 fn other_cluster(instance: Option<&InstanceFacts>, config: &Config) -> Option<String> {
-    let (ours, instance) = (config.cluster_name.as_deref()?, instance?);
+    let (ours, instance) = (config.cluster.as_ref()?.name.as_str(), instance?);
     let clusters = instance.clusters();
     (!clusters.is_empty() && !clusters.contains(&ours)).then(|| {
         format!(
@@ -481,8 +477,8 @@ fn other_cluster(instance: Option<&InstanceFacts>, config: &Config) -> Option<St
 
 /// The instance is tagged for this cluster (positive membership: an untagged one is not).
 fn tagged_for_us(instance: Option<&InstanceFacts>, config: &Config) -> bool {
-    (config.cluster_name.as_deref().zip(instance))
-        .is_some_and(|(ours, instance)| instance.clusters().contains(&ours))
+    (config.cluster.as_ref().zip(instance))
+        .is_some_and(|(ours, instance)| instance.clusters().contains(&ours.name.as_str()))
 }
 
 /// Why a lifecycle action is left alone (see [`lifecycle`]).
@@ -532,6 +528,7 @@ mod tests {
     use chrono::Duration;
 
     use super::*;
+    use crate::domain::clusters::{ClusterId, Place};
     use crate::domain::event::{SOURCE_EC2, parse_time};
     use crate::domain::facts::Taint;
     use crate::domain::fixtures;
@@ -629,7 +626,7 @@ mod tests {
 
     fn config() -> Config {
         Config {
-            cluster_name: Some(CLUSTER.into()),
+            cluster: Some(ClusterId::at(&Place::default(), CLUSTER)),
             ..Config::default()
         }
     }
