@@ -97,7 +97,6 @@ fn action(account: Option<&str>, region: Option<&str>) -> LifecycleAction {
         hook_name: "forewarn-drain".into(),
         asg_name: "eks-demo-ng-1".into(),
         token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
-        transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
         account: account.map(str::to_string),
         region: region.map(str::to_string),
     }

@@ -60,7 +60,7 @@ pub fn event(kind: EventKind, id: &str, instance_id: &str) -> EventBuilder {
             },
         ),
         EventKind::AsgTermination => (SOURCE_ASG, Detail::AsgTermination(lifecycle("asg", "hook"))),
-        EventKind::AsgLaunch => (SOURCE_ASG, Detail::AsgLaunch(launch("asg", "hook"))),
+        EventKind::AsgLaunch => (SOURCE_ASG, Detail::AsgLaunch(lifecycle("asg", "hook"))),
         EventKind::Impaired => (
             crate::domain::event::SOURCE_SWEEPER,
             Detail::Impaired {
@@ -104,23 +104,15 @@ pub fn event(kind: EventKind, id: &str, instance_id: &str) -> EventBuilder {
     })
 }
 
-/// A terminate lifecycle action of hook `hook` of group `asg`.
+/// A lifecycle action (a terminate or a launch one, as its event says) of hook `hook` of group
+/// `asg`.
 pub fn lifecycle(asg: &str, hook: &str) -> LifecycleAction {
     LifecycleAction {
         hook_name: hook.into(),
         asg_name: asg.into(),
         token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
-        transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
         account: None,
         region: None,
-    }
-}
-
-/// A launch lifecycle action of hook `hook` of group `asg`.
-pub fn launch(asg: &str, hook: &str) -> LifecycleAction {
-    LifecycleAction {
-        transition: crate::domain::event::autoscaling::ASG_LAUNCHING.into(),
-        ..lifecycle(asg, hook)
     }
 }
 

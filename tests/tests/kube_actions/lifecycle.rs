@@ -125,7 +125,8 @@ async fn a_launch_hook_is_completed_once_the_node_has_joined_and_is_ready() {
         Some(NODE),
         "the name it will have: {a:?}"
     );
-    assert!(a.complete_lifecycle.as_ref().unwrap().is_launch());
+    assert!(a.complete_lifecycle.is_some(), "completed once Ready");
+    assert_eq!(plan.kind, EventKind::AsgLaunch);
 
     // The kubelet registers the node after the first look (not Ready yet), and the node
     // becomes Ready after the third.
@@ -279,7 +280,6 @@ fn lifecycle_action() -> LifecycleAction {
         hook_name: "forewarn-drain".into(),
         asg_name: "eks-demo-ng-1".into(),
         token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
-        transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
         account: None,
         region: None,
     }

@@ -75,7 +75,7 @@ pub(crate) fn event(kind: EventKind, id: &str) -> Event {
             "eks-demo-ng-1",
             "forewarn-drain",
         ))),
-        EventKind::AsgLaunch => event.detail(Detail::AsgLaunch(fixtures::launch(
+        EventKind::AsgLaunch => event.detail(Detail::AsgLaunch(fixtures::lifecycle(
             "eks-demo-ng-1",
             "forewarn-joined",
         ))),

@@ -139,7 +139,7 @@ impl KubeExecutor {
             }
             self.act_on(plan, a, (name, node), pass, &mut out).await?;
         }
-        self.lifecycle_step(a, pass, &mut out).await?;
+        self.lifecycle_step(plan, a, pass, &mut out).await?;
         Ok(out)
     }
 

@@ -18,8 +18,9 @@ use super::error::KubeError;
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::NodeOutcome;
+use crate::domain::event::EventKind;
 use crate::domain::facts::NotItsNode;
-use crate::domain::plan::NodeAction;
+use crate::domain::plan::{NodeAction, Plan};
 use crate::ports::{LifecycleOutcome, Pass};
 
 /// How often a node that has not joined yet is looked at again.
@@ -99,12 +100,13 @@ impl KubeExecutor {
     /// node leaves it alone (refused).
     pub(super) async fn lifecycle_step(
         &self,
+        plan: &Plan,
         a: &NodeAction,
         pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let mut waiting = false;
-        if a.complete_lifecycle.as_ref().is_some_and(|l| l.is_launch()) {
+        if plan.kind == EventKind::AsgLaunch && a.complete_lifecycle.is_some() {
             let now = self.clients.clock().now();
             match look(&self.clients, a).await? {
                 Look::Refused(why) => {

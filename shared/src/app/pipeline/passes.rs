@@ -77,11 +77,8 @@ impl Pipeline<'_> {
         }
         // A launch hook's action is never completed late: its node did not become Ready
         // in time, and the hook's own timeout and default result decide.
-        if !plan.actions.iter().any(|a| {
-            a.complete_lifecycle
-                .as_ref()
-                .is_some_and(|l| !l.is_launch())
-        }) {
+        let completes = plan.actions.iter().any(|a| a.complete_lifecycle.is_some());
+        if plan.kind == EventKind::AsgLaunch || !completes {
             return Err(refuse(why));
         }
         // The drain is over whatever happens now, so what waits on it is let go: no node is

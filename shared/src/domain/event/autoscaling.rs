@@ -135,7 +135,6 @@ impl Action {
             hook_name: self.hook_name.0,
             asg_name: self.asg_name.0,
             token: self.token.0,
-            transition: transition(kind).to_string(),
             // Placed by the caller, which reads the envelope (see `Detail::placed`).
             account: None,
             region: None,

@@ -190,7 +190,6 @@ pub struct LifecycleAction {
     pub hook_name: String,
     pub asg_name: String,
     pub token: String,
-    pub transition: String,
     /// The account of the group, as the event's envelope says it: the action is completed (and
     /// kept alive) in that account. `None`: the deployment's own (a continuation written before
     /// this field existed reads as `None`).
@@ -199,13 +198,6 @@ pub struct LifecycleAction {
     /// The region of the group, as the event's envelope says it (`None`: the deployment's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-}
-
-impl LifecycleAction {
-    /// A launch hook's action: completed once the instance's node is Ready.
-    pub fn is_launch(&self) -> bool {
-        self.transition == autoscaling::ASG_LAUNCHING
-    }
 }
 
 impl Detail {

@@ -966,7 +966,6 @@ mod tests {
             hook_name: hook.into(),
             asg_name: "eks-demo-ng".into(),
             token: "tok".into(),
-            transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
             account: None,
             region: None,
         });
