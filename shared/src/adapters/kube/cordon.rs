@@ -360,9 +360,8 @@ impl KubeExecutor {
     /// Cordons and taints the node `a` acts on, read as `node` (in a dry run, says what it would
     /// send); on a 409 Conflict reads it again, verifies it again (it must still run `a`'s
     /// instance and not be control-plane) and retries. Says whether it was gone (or the cordon
-    /// refused: nothing more is done to it), and the note of the `Cordoned` Event to record when
-    /// the cordon changed it (or, with `already_ours`, when it was found cordoned with
-    /// forewarn's taint).
+    /// refused: nothing more is done to it), and whether a `Cordoned` Event is to be recorded: the
+    /// cordon changed it (or, with `already_ours`, it was found cordoned with forewarn's taint).
     pub(super) async fn cordon_node(
         &self,
         kind: EventKind,
@@ -370,7 +369,7 @@ impl KubeExecutor {
         node: &Node,
         already_ours: bool,
         out: &mut NodeOutcome,
-    ) -> Result<(bool, Option<String>), KubeError> {
+    ) -> Result<(bool, bool), KubeError> {
         let spec = CordonSpec::new(&self.config, kind, a, self.record_keys(node).await);
         let dry_run = self.settings.dry_run;
         // `Err`: the node is gone (`None`), or changed and refused (why): nothing more is done.
@@ -397,7 +396,7 @@ impl KubeExecutor {
                     Some(why) => out.refuse(why),
                     None => out.say(format!("node/{name} is gone")),
                 }
-                return Ok((true, None));
+                return Ok((true, false));
             }
         };
         let already = cordoned == CordonOutcome::AlreadyCordoned;
@@ -415,19 +414,7 @@ impl KubeExecutor {
         if changed || already {
             out.result.cordoned_at = Some(self.clients.clock().now());
         }
-        Ok((
-            false,
-            (changed || ours).then(|| self.cordoned_note(kind, a)),
-        ))
-    }
-
-    /// The note of the `Cordoned` Event of `a`'s cordon for an event of `kind`.
-    pub(super) fn cordoned_note(&self, kind: EventKind, a: &NodeAction) -> String {
-        let (key, effect) = (&a.taint_key, self.config.taint_effect);
-        format!(
-            "Marked unschedulable and tainted {key}={kind}:{}",
-            effect.as_str()
-        )
+        Ok((false, changed || ours))
     }
 
     /// Undoes forewarn's cordon of `node` (read live) as `undo` says, with an `Uncordoned`

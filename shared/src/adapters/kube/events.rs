@@ -170,14 +170,14 @@ impl KubeExecutor {
     }
 
     /// The Events of the decision a pass records: with `announce`, the one that says what
-    /// forewarn is about to do and why (with the drain's deadline); with the note of a
-    /// `Cordoned` Event (`cordoned`), that one.
+    /// forewarn is about to do and why (with the drain's deadline); with `cordoned`, the
+    /// `Cordoned` Event of `a`'s cordon.
     pub(super) async fn decision_events(
         &self,
         plan: &Plan,
         a: &NodeAction,
         node: &Node,
-        (announce, cordoned): (bool, Option<String>),
+        (announce, cordoned): (bool, bool),
         out: &mut NodeOutcome,
     ) {
         if announce {
@@ -193,7 +193,9 @@ impl KubeExecutor {
             let said = Said(EventType::Warning, &plan.event_reason, action, note);
             self.event(&plan.event_id, node, said, out).await;
         }
-        if let Some(note) = cordoned {
+        if cordoned {
+            let (key, kind, effect) = (&a.taint_key, plan.kind, self.config.taint_effect.as_str());
+            let note = format!("Marked unschedulable and tainted {key}={kind}:{effect}");
             let said = Said(EventType::Normal, "Cordoned", "Cordon", note);
             self.event(&plan.event_id, node, said, out).await;
         }

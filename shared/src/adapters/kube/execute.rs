@@ -272,8 +272,7 @@ impl KubeExecutor {
     /// The Events of the decision a drain's first pass left to a later one: the announcement
     /// and `Cordoned`.
     async fn owed_events(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
-        let decision = (true, Some(self.cordoned_note(plan.kind, a)));
-        self.decision_events(plan, a, node, decision, out).await;
+        self.decision_events(plan, a, node, (true, true), out).await;
     }
 }
 
