@@ -108,18 +108,14 @@ pub(crate) fn build(
     serde_json::from_value(event).unwrap_or_default()
 }
 
-/// Records `event` unless an Event of that name exists (409: there already); with `dry_run`,
-/// sends nothing. `retried`: with the usual retry; else in one attempt, never retried, after the
-/// client's idle turn the caller waited for (an Event given up rather than tried again: a pod's).
+/// Records `event` unless an Event of that name exists (409: there already). `retried`: with the
+/// usual retry; else in one attempt, never retried, after the client's idle turn the caller
+/// waited for (an Event given up rather than tried again: a pod's).
 pub(crate) async fn record(
     clients: &ClusterClient,
     event: &Event,
-    dry_run: bool,
     retried: bool,
 ) -> Result<EventOutcome, KubeError> {
-    if dry_run {
-        return Ok(EventOutcome::WouldCreate);
-    }
     let (namespace, name) = ns_name(&event.metadata);
     let object = format!("event/{namespace}/{name}");
     let events: Api<Event> = Api::namespaced(clients.client().await?, &namespace);
@@ -144,8 +140,9 @@ pub(crate) async fn record(
 pub(crate) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
 
 impl KubeExecutor {
-    /// Records an Event about `node` for event `event_id`, now, best effort: what became of it,
-    /// or the failure (logged, and said in its detail), goes in `out`.
+    /// Records an Event about `node` for event `event_id`, now, best effort (in a dry run, sends
+    /// nothing): what became of it, or the failure (logged, and said in its detail), goes in
+    /// `out`.
     pub(super) async fn event(
         &self,
         event_id: &str,
@@ -155,12 +152,13 @@ impl KubeExecutor {
     ) {
         let reason = said.1.to_string();
         let regarding = reference("Node", &node.metadata);
-        let (reporting, now) = (
-            &self.settings.reporting_instance,
-            self.clients.clock().now(),
-        );
-        let event = build(regarding, event_id, said, reporting, now);
-        match record(&self.clients, &event, self.settings.dry_run, true).await {
+        let (reporting, clock) = (&self.settings.reporting_instance, self.clients.clock());
+        let event = build(regarding, event_id, said, reporting, clock.now());
+        let recorded = match self.settings.dry_run {
+            true => Ok(EventOutcome::WouldCreate),
+            false => record(&self.clients, &event, true).await,
+        };
+        match recorded {
             Ok(outcome) => out.events.push((reason, outcome)),
             Err(e) => {
                 tracing::warn!(reason, error = %e, "could not record the Event");
@@ -245,10 +243,9 @@ impl KubeExecutor {
             if !sendable {
                 // The rest of the pass's Events are given up.
                 counts.given_up = report.evicted.len() - i;
-                let given_up = counts.given_up;
                 tracing::debug!(
                     reason,
-                    given_up,
+                    given_up = counts.given_up,
                     "pod Events given up (the pass's budget, or the rate limit busy)"
                 );
                 break;
@@ -267,9 +264,9 @@ impl KubeExecutor {
                 related: Some(related.clone()),
                 ..build(regarding, &plan.event_id, said, reporting, now)
             };
-            match record(&self.clients, &event, false, false).await {
-                Ok(EventOutcome::Created | EventOutcome::WouldCreate) => counts.recorded += 1,
+            match record(&self.clients, &event, false).await {
                 Ok(EventOutcome::Exists) => counts.existed += 1,
+                Ok(_) => counts.recorded += 1,
                 Err(error) => {
                     // Given up with the rest of the pass's Events, logged once per pass.
                     counts.given_up = report.evicted.len() - i;

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
-use super::events::{EventType, Said, build, record, reference};
+use super::events::{EventType::Warning, Said, build, record, reference};
 use crate::ports::{PolicySource, PolicyText, PortError};
 
 /// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
@@ -70,15 +70,10 @@ impl PolicySource for KubePolicy {
             name: Some(POLICY_CONFIGMAP.into()),
             ..reference("ConfigMap", &ObjectMeta::default())
         };
-        let said = Said(
-            EventType::Warning,
-            "PolicyRefused",
-            "ReadPolicy",
-            message.into(),
-        );
+        let said = Said(Warning, "PolicyRefused", "ReadPolicy", message.into());
         let (reporting, now) = (&self.reporting_instance, self.clients.clock().now());
         let event = build(regarding, message, said, reporting, now);
-        if let Err(e) = record(&self.clients, &event, false, true).await {
+        if let Err(e) = record(&self.clients, &event, true).await {
             tracing::warn!(error = %e, "could not record the PolicyRefused Event");
         }
     }
