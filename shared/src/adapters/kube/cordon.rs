@@ -268,6 +268,9 @@ fn taints_of(node: &Node) -> &[Taint] {
     (node.spec.as_ref().and_then(|s| s.taints.as_deref())).unwrap_or_default()
 }
 
+/// How many times a node write is tried at most when it meets 409 Conflict.
+pub(super) const CONFLICT_ATTEMPTS: u32 = 5;
+
 /// What one attempt of a node write does, decided from the node as just read.
 enum Step<T> {
     /// Nothing to send: the answer.
@@ -278,8 +281,8 @@ enum Step<T> {
 
 impl KubeExecutor {
     /// Writes the node `node` was read as by the merge patch `step` decides (from the node and
-    /// the attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most the
-    /// settings' `conflict_attempts` in all. A node gone (404, or on the read again) answers
+    /// the attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most
+    /// [`CONFLICT_ATTEMPTS`] in all. A node gone (404, or on the read again) answers
     /// `gone`. `what` names the write in the logs (`cordoned`).
     async fn write_node<T>(
         &self,
@@ -289,12 +292,11 @@ impl KubeExecutor {
         step: impl Fn(&Node, u32) -> Step<T>,
     ) -> Result<T, KubeError> {
         let clients = &self.clients;
-        let attempts = self.settings.conflict_attempts;
         let name = node.metadata.name.clone().unwrap_or_default();
         let object = format!("node/{name}");
         // A merge patch, sent as forewarn's field manager.
         let params = PatchParams::apply(FIELD_MANAGER);
-        for attempt in 1..=attempts.max(1) {
+        for attempt in 1..=CONFLICT_ATTEMPTS {
             let (patch, done) = match step(&node, attempt) {
                 Step::Done(answer) => return Ok(answer),
                 Step::Patch(patch, done) => (patch, done),
@@ -321,10 +323,7 @@ impl KubeExecutor {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(KubeError::Conflicts {
-            node: name,
-            attempts,
-        })
+        Err(KubeError::Conflicts { node: name })
     }
 
     /// How cordons of `node` treat records (see [`RecordKeys`]); keys that cannot be read are

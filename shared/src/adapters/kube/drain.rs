@@ -11,7 +11,7 @@
 //! - Non-critical pods first; pods of priority class `system-cluster-critical` or
 //!   `system-node-critical` after them (when there are some, the non-critical pods get three
 //!   quarters of the time left, so a budget that never allows leaves time for the critical ones).
-//! - Evictions run in parallel, at most `parallelism` at once. 404: already gone. Any other
+//! - Evictions run in parallel, at most [`EVICTIONS_AT_ONCE`] at once. 404: already gone. Any other
 //!   answer is that pod's refusal, never the event's failure — 429 (a disruption budget, or API
 //!   priority and fairness), 500 (several budgets select the pod), 409, 503/504 and transport
 //!   errors — tried again in the next pass (within a pass, for at most its `pass_budget`, with
@@ -111,6 +111,10 @@ enum Eviction {
     Gone,
     Refused(String),
 }
+
+/// Evictions in flight at once in a drain (the benchmarked value); a surge pass creates its
+/// placeholders as many at once.
+pub(super) const EVICTIONS_AT_ONCE: usize = 8;
 
 /// How many times one eviction waits out the API server's `Retry-After` beyond its pass's
 /// retries.
@@ -314,7 +318,7 @@ impl KubeExecutor {
         Ok(report)
     }
 
-    /// Evicts `pods` (at most the settings' `eviction_parallelism` at once, each retried until `end`) and puts
+    /// Evicts `pods` (at most [`EVICTIONS_AT_ONCE`] at once, each retried until `end`) and puts
     /// what became of each in `report`.
     async fn evict_all(
         &self,
@@ -342,7 +346,7 @@ impl KubeExecutor {
                 let result = self.evict(&key, grace, end, grace_until).await;
                 (key, uid, result)
             })
-            .buffer_unordered(self.settings.eviction_parallelism.max(1))
+            .buffer_unordered(EVICTIONS_AT_ONCE)
             .collect()
             .await;
         for (key, uid, result) in results {

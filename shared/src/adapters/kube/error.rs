@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::cordon::CONFLICT_ATTEMPTS;
 use crate::domain::cordon_record::ANNOTATION_CORDON;
 use crate::domain::facts::NotItsNode;
 use crate::ports::{FailureKind, PortError};
@@ -118,9 +119,10 @@ pub enum KubeError {
     #[error(transparent)]
     Port(#[from] PortError),
     #[error(
-        "patch node/{node}: still conflicting after {attempts} attempts (the node keeps changing)"
+        "patch node/{node}: still conflicting after {CONFLICT_ATTEMPTS} attempts (the node keeps \
+         changing)"
     )]
-    Conflicts { node: String, attempts: u32 },
+    Conflicts { node: String },
     /// Work over many objects, each tried: some failed (the first of them named).
     #[error("{failed} of {tried} failed; the first: {first}")]
     Partly {
@@ -308,10 +310,7 @@ mod tests {
         );
         assert_eq!(refused.kind(), FailureKind::Connection);
         assert!(refused.kind().retryable());
-        let conflicts = KubeError::Conflicts {
-            node: "n".into(),
-            attempts: 5,
-        };
+        let conflicts = KubeError::Conflicts { node: "n".into() };
         assert_eq!(conflicts.kind(), FailureKind::Contention);
         assert!(conflicts.kind().retryable());
     }

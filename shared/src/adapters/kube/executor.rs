@@ -20,8 +20,6 @@ use crate::ports::{Clock, LifecycleCompleter, PoolStore};
 pub struct ExecutorSettings {
     /// Read, decide and report, but write nothing.
     pub dry_run: bool,
-    /// Evictions at once (default 8).
-    pub eviction_parallelism: usize,
     /// First wait after a refused eviction (default 1 s); doubles up to `backoff_max`.
     pub backoff_initial: Duration,
     /// Longest wait between eviction attempts (default 10 s).
@@ -32,8 +30,6 @@ pub struct ExecutorSettings {
     /// batch had a pod behind a budget, about half the Lambda time of a mass interruption when
     /// the API server is not the bottleneck).
     pub pass_budget: Duration,
-    /// Cordon patches tried at most this often on 409 Conflict (default 5).
-    pub conflict_attempts: u32,
     /// `reportingInstance` of the Events (default `forewarn`; the settings give the Lambda
     /// function's name or the host name).
     pub reporting_instance: String,
@@ -49,11 +45,9 @@ impl Default for ExecutorSettings {
     fn default() -> Self {
         ExecutorSettings {
             dry_run: false,
-            eviction_parallelism: 8,
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(10),
             pass_budget: Duration::ZERO,
-            conflict_attempts: 5,
             reporting_instance: "forewarn".to_string(),
             pod_event_budget: Duration::from_secs(1),
             pod_events_per_pass: 100,

@@ -44,6 +44,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
 use super::connect::ClusterClient;
+use super::drain::EVICTIONS_AT_ONCE;
 use super::error::{ApiError, KubeError, status_code};
 use super::executor::{BUDGETS_KEPT, KubeExecutor, SurgeMemory};
 use super::outcome::DrainReport;
@@ -360,7 +361,7 @@ enum Created {
 }
 
 impl KubeExecutor {
-    /// Creates the placeholders of `making` (at most the drain's eviction parallelism at once) by
+    /// Creates the placeholders of `making` (at most [`EVICTIONS_AT_ONCE`] at once) by
     /// `end` (the step's budget, see [`create`]); answers what became of each, by its index in
     /// `making`.
     async fn create_all(
@@ -378,8 +379,7 @@ impl KubeExecutor {
                 (i, created, m)
             })
             .collect();
-        let work = futures::stream::iter(creates)
-            .buffer_unordered(self.settings.eviction_parallelism.max(1));
+        let work = futures::stream::iter(creates).buffer_unordered(EVICTIONS_AT_ONCE);
         let mut answers: Vec<_> = work.collect().await;
         if clients.clock().now() >= end {
             tracing::warn!(
