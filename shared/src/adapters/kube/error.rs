@@ -40,10 +40,7 @@ impl ApiError {
     /// What kind of failure: the API's answer (its HTTP status), else what became of the call
     /// (a timeout, a connection that failed, an answer that did not read).
     pub fn kind(&self) -> FailureKind {
-        match self.status {
-            Some(status) => FailureKind::of_status(status),
-            None => transport_kind(&self.source),
-        }
+        (self.status).map_or_else(|| transport_kind(&self.source), FailureKind::of_status)
     }
 
     pub fn is_not_found(&self) -> bool {
@@ -170,17 +167,11 @@ fn transport_kind(e: &::kube::Error) -> FailureKind {
 
 /// Whether a timeout is among `e`'s causes (an I/O `TimedOut`, tower's or hyper's "timed out").
 fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        let io_timeout = c
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
-        if io_timeout || c.to_string().to_ascii_lowercase().contains("timed out") {
-            return true;
-        }
-        cause = c.source();
-    }
-    false
+    std::iter::successors(Some(e), |c| c.source()).any(|c| {
+        let io = c.downcast_ref::<std::io::Error>();
+        io.is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+            || c.to_string().to_ascii_lowercase().contains("timed out")
+    })
 }
 
 /// Why an action was refused without any write: what it would act on, as just read, failed its
