@@ -40,7 +40,7 @@ use forewarn::domain::inbound::{
     Record, SqsMessage, decode, decode_sqs_messages, decode_value, parse_event,
 };
 use forewarn::domain::plan::{Facts, decide, drain_deadline, goes_at};
-use forewarn::domain::time::{sane_span, within_sane_range};
+use forewarn::domain::time::{SANE_SPAN, within_sane_range};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
@@ -270,10 +270,10 @@ fn configs() -> &'static [Config] {
     static CONFIGS: OnceLock<Vec<Config>> = OnceLock::new();
     CONFIGS.get_or_init(|| {
         let longest = Config {
-            pool_ttl: sane_span(),
-            interruption_notice: sane_span(),
-            deadline_margin: sane_span(),
-            drain_timeout: sane_span(),
+            pool_ttl: SANE_SPAN,
+            interruption_notice: SANE_SPAN,
+            deadline_margin: SANE_SPAN,
+            drain_timeout: SANE_SPAN,
             ..Config::default()
         };
         vec![Config::default(), longest]
