@@ -363,10 +363,20 @@ impl<C: Clone> PerPlace<C> {
         &self.own
     }
 
-    /// The account of `place` cannot be reached, as `error` (met by a call there) says: see
-    /// [`Accounts::unreachable`].
-    pub fn unreachable(&self, place: &Place, error: &PortError) -> Option<AccountUnreachable> {
-        self.accounts.as_ref()?.unreachable(place, error)
+    /// `error`, an answer to `call` about `place`: a served member account whose role is refused
+    /// (by STS, or the call by the role) cannot be reached ([`Accounts::unreachable`]), which
+    /// may pass (a role being re-created, IAM propagating): retryable.
+    pub fn said(&self, place: &Place, call: &'static str, error: PortError) -> PortError {
+        match (self.accounts.as_ref()).and_then(|a| a.unreachable(place, &error)) {
+            Some(unreachable) => PortError::new(call, FailureKind::Unavailable, unreachable),
+            None => error,
+        }
+    }
+
+    /// The client for a lookup, `call`, about `place`; a place that cannot be served fails,
+    /// naming it ([`AccountError::for_lookup`]).
+    pub async fn client_for(&self, place: &Place, call: &'static str) -> Result<C, PortError> {
+        self.client(place).await.map_err(|e| e.for_lookup(call))
     }
 
     /// The client for calls about `place`.

@@ -192,8 +192,7 @@ impl NodeGroupSource for AsgNodeGroups {
     /// In the own account and region; another place's through its configuration in
     /// [`Accounts`] (a member account's read-only role), refused as [`Accounts`] refuses it.
     async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, PortError> {
-        let clients = self.places.client(place).await;
-        let clients = clients.map_err(|e| e.for_lookup("autoscaling"))?;
+        let clients = self.places.client_for(place, "autoscaling").await?;
         clients.describe().await
     }
 

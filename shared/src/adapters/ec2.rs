@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts};
 use crate::domain::pool::{CapacityType, ZoneIds};
-use crate::ports::{FailureKind, InstanceDirectory, Place, PortError};
+use crate::ports::{InstanceDirectory, Place, PortError};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 /// EC2 accepts at most 200 values in one filter.
@@ -25,7 +25,7 @@ const FILTER_VALUES_MAX: usize = 200;
 /// and region of each event ([`InstanceDirectory::describe`]).
 #[derive(Clone, Debug)]
 pub struct Ec2Directory {
-    places: PerPlace<Client>,
+    pub(crate) places: PerPlace<Client>,
     /// Each place's zone IDs by zone name (`DescribeAvailabilityZones`), read once per place.
     zones: Arc<Mutex<HashMap<Place, ZoneIds>>>,
 }
@@ -111,7 +111,7 @@ impl InstanceDirectory for Ec2Directory {
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         const CALL: &str = "ec2:DescribeInstances";
-        let client = self.client_at(place, CALL).await?;
+        let client = self.places.client_for(place, CALL).await?;
         let mut found = BTreeMap::new();
         for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
             let ids = Filter::builder()
@@ -131,7 +131,7 @@ impl InstanceDirectory for Ec2Directory {
         reservation_id: &str,
     ) -> Result<CapacityBlock, PortError> {
         const CALL: &str = "ec2:DescribeCapacityReservations";
-        let client = self.client_at(place, CALL).await?;
+        let client = self.places.client_for(place, CALL).await?;
         let answer = client
             .describe_capacity_reservations()
             .capacity_reservation_ids(reservation_id)
@@ -140,7 +140,7 @@ impl InstanceDirectory for Ec2Directory {
         let facts = match answer {
             Ok(out) => out.capacity_reservations().iter().find_map(block_of),
             Err(e) if e.code() == Some("InvalidCapacityReservationId.NotFound") => None,
-            Err(e) => return Err(self.said(place, CALL, call_error(CALL, e))),
+            Err(e) => return Err(self.places.said(place, CALL, call_error(CALL, e))),
         };
         let block = Filter::builder()
             .name("capacity-reservation-id")
@@ -181,7 +181,8 @@ impl Ec2Directory {
         const CALL: &str = "ec2:DescribeInstances";
         let pages = client.describe_instances().set_filters(Some(filters));
         let reservations: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let reservations = reservations.map_err(|e| self.said(place, CALL, call_error(CALL, e)))?;
+        let reservations =
+            reservations.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
         let instances = reservations.iter().flat_map(|r| r.instances());
         let facts = instances
             .filter_map(facts_of)
@@ -223,30 +224,6 @@ impl Ec2Directory {
         for instance in missing {
             let zone = instance.zone.as_deref().unwrap_or_default();
             instance.zone_id = ids.get(zone).cloned();
-        }
-    }
-
-    /// The client of `place` for `call`: the own client for the own account and region, else
-    /// one on a member account's role ([`Accounts`]); a place that cannot be served fails,
-    /// naming it (see [`InstanceDirectory::describe`]).
-    pub(crate) async fn client_at(
-        &self,
-        place: &Place,
-        call: &'static str,
-    ) -> Result<Client, PortError> {
-        self.places
-            .client(place)
-            .await
-            .map_err(|e| e.for_lookup(call))
-    }
-
-    /// `error`, an answer of `place`'s client to `call`: a served member account whose role is
-    /// refused (by STS, or the call by the role) cannot be reached, which may pass (a role
-    /// being re-created, IAM propagating): retryable.
-    pub(crate) fn said(&self, place: &Place, call: &'static str, error: PortError) -> PortError {
-        match self.places.unreachable(place, &error) {
-            Some(unreachable) => PortError::new(call, FailureKind::Unavailable, unreachable),
-            None => error,
         }
     }
 }

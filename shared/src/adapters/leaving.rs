@@ -22,7 +22,7 @@ impl LeavingInstances for Ec2Directory {
     /// caller, client-side (the `instance-lifecycle` filter is not served everywhere).
     async fn leaving(&self, place: &Place, cluster: &str) -> Result<Vec<InstanceFacts>, PortError> {
         const CALL: &str = "ec2:DescribeInstances";
-        let client = self.client_at(place, CALL).await?;
+        let client = self.places.client_for(place, CALL).await?;
         let states = Filter::builder()
             .name("instance-state-name")
             .set_values(Some(
@@ -51,10 +51,10 @@ impl LeavingInstances for Ec2Directory {
     /// call takes no tag filter, and with `InstanceIds` it does not page).
     async fn statuses(&self, place: &Place) -> Result<Vec<InstanceStatus>, PortError> {
         const CALL: &str = "ec2:DescribeInstanceStatus";
-        let client = self.client_at(place, CALL).await?;
+        let client = self.places.client_for(place, CALL).await?;
         let pages = client.describe_instance_status().max_results(1000);
         let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let found = found.map_err(|e| self.said(place, CALL, call_error(CALL, e)))?;
+        let found = found.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
         Ok(found.iter().filter_map(status_of).collect())
     }
 
@@ -66,13 +66,13 @@ impl LeavingInstances for Ec2Directory {
         by: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<BlockFacts>, PortError> {
         const CALL: &str = "ec2:DescribeCapacityReservations";
-        let client = self.client_at(place, CALL).await?;
+        let client = self.places.client_for(place, CALL).await?;
         let active = Filter::builder().name("state").values("active").build();
         let pages = (client.describe_capacity_reservations())
             .filters(active)
             .max_results(500);
         let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let found = found.map_err(|e| self.said(place, CALL, call_error(CALL, e)))?;
+        let found = found.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
         let blocks = found.iter().filter_map(block_of);
         let blocks = blocks.filter(|b| b.capacity_block == Some(true));
         Ok(blocks

@@ -14,7 +14,7 @@ pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 pub const EKS_CLUSTER_TAGS: [&str; 2] = ["aws:eks:cluster-name", "eks:cluster-name"];
 
 /// What EC2 says about one instance.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InstanceFacts {
     pub instance_id: String,
     pub instance_type: Option<String>,
@@ -23,7 +23,6 @@ pub struct InstanceFacts {
     pub zone: Option<String>,
     /// Its availability zone's ID (`use1-az1`): the same physical zone in every account, what
     /// pools are keyed by. `None` where it is not known (a capture without it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone_id: Option<String>,
     pub capacity_type: Option<CapacityType>,
     pub private_dns: Option<String>,
@@ -37,10 +36,8 @@ pub struct InstanceFacts {
     /// The private addresses of its network interfaces (primary and secondary, IPv4 and IPv6)
     /// and their delegated prefixes (`10.0.1.16/28`): what its pods' addresses are under the VPC
     /// CNI (see [`crate::domain::traffic`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
     /// The capacity reservation it runs in (`cr-…`: an ODCR or a Capacity Block), when it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_reservation_id: Option<String>,
 }
 
@@ -121,28 +118,20 @@ pub enum Target {
     Machine { namespace: String, name: String },
 }
 
-/// A node taint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Taint {
-    pub key: String,
-    pub value: Option<String>,
-    pub effect: String,
-}
-
 /// What the Kubernetes API says about one node.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeFacts {
     pub name: String,
     pub provider_id: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    pub taints: Vec<Taint>,
+    /// The keys of its taints (`spec.taints`).
+    pub taints: Vec<String>,
     pub unschedulable: bool,
     /// Who owns the node ([`Target::NodeClaim`] or [`Target::Machine`]), if anyone.
     pub owner: Option<Target>,
     /// DNS names and hostnames from `status.addresses`.
     pub dns_names: Vec<String>,
-    pub resource_version: Option<String>,
 }
 
 pub const LABEL_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
@@ -181,14 +170,11 @@ impl NodeFacts {
     pub fn is_control_plane(&self) -> bool {
         self.labels.contains_key(LABEL_CONTROL_PLANE)
             || self.labels.contains_key(LABEL_MASTER)
-            || self
-                .taints
-                .iter()
-                .any(|t| t.key == LABEL_CONTROL_PLANE || t.key == LABEL_MASTER)
+            || (self.taints.iter()).any(|t| t == LABEL_CONTROL_PLANE || t == LABEL_MASTER)
     }
 
     pub fn has_taint(&self, key: &str) -> bool {
-        self.taints.iter().any(|t| t.key == key)
+        self.taints.iter().any(|t| t == key)
     }
 
     /// Whether an action for instance `instance_id` may touch this node, as read live just

@@ -11,8 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::event::{
-    Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction, SOURCE_ASG,
-    SOURCE_EC2, SOURCE_HEALTH,
+    Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction, SOURCE_EC2,
 };
 use super::facts::{InstanceFacts, NodeFacts};
 use super::pool::CapacityType;
@@ -35,63 +34,43 @@ pub struct EventBuilder(Event);
 /// kind's usual detail: a spot or reservation warning to terminate, an instance terminated, an
 /// EC2 retirement two hours later, an ASG termination of `asg/hook`.
 pub fn event(kind: EventKind, id: &str, instance_id: &str) -> EventBuilder {
-    let (source, detail) = match kind {
-        EventKind::SpotInterruption => (
-            SOURCE_EC2,
-            Detail::Spot {
-                action: InstanceAction::Terminate,
-            },
-        ),
-        EventKind::RebalanceRecommendation => (SOURCE_EC2, Detail::Rebalance),
-        EventKind::StateChange => (
-            SOURCE_EC2,
-            Detail::StateChange {
-                state: InstanceState::Terminated,
-            },
-        ),
-        EventKind::ScheduledChange => (
-            SOURCE_HEALTH,
-            Detail::Scheduled {
-                event_type_code: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
-                event_arn: None,
-                start_time: Some(t0() + chrono::Duration::hours(2)),
-                end_time: None,
-                closed: Vec::new(),
-            },
-        ),
-        EventKind::AsgTermination => (SOURCE_ASG, Detail::AsgTermination(lifecycle("asg", "hook"))),
-        EventKind::AsgLaunch => (SOURCE_ASG, Detail::AsgLaunch(lifecycle("asg", "hook"))),
-        EventKind::Impaired => (
-            crate::domain::event::SOURCE_SWEEPER,
-            Detail::Impaired {
-                checks: "system".into(),
-                since: Some(t0() - chrono::Duration::minutes(10)),
-            },
-        ),
-        EventKind::CapacityReservationInterruption => (
-            SOURCE_EC2,
-            Detail::CapacityReservation {
-                action: InstanceAction::Terminate,
-                termination_time: Some(t0() + chrono::Duration::seconds(120)),
-                az_id: None,
-            },
-        ),
-        EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => (
-            SOURCE_EC2,
+    let detail = match kind {
+        EventKind::SpotInterruption => Detail::Spot {
+            action: InstanceAction::Terminate,
+        },
+        EventKind::RebalanceRecommendation => Detail::Rebalance,
+        EventKind::StateChange => Detail::StateChange {
+            state: InstanceState::Terminated,
+        },
+        EventKind::ScheduledChange => Detail::Scheduled {
+            event_type_code: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
+            event_arn: None,
+            start_time: Some(t0() + chrono::Duration::hours(2)),
+            end_time: None,
+            closed: Vec::new(),
+        },
+        EventKind::AsgTermination => Detail::AsgTermination(lifecycle("asg", "hook")),
+        EventKind::AsgLaunch => Detail::AsgLaunch(lifecycle("asg", "hook")),
+        EventKind::Impaired => Detail::Impaired {
+            checks: "system".into(),
+        },
+        EventKind::CapacityReservationInterruption => Detail::CapacityReservation {
+            action: InstanceAction::Terminate,
+            termination_time: Some(t0() + chrono::Duration::seconds(120)),
+        },
+        EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
             Detail::CapacityBlock {
                 reservation_id: "cr-0b1c2d3e4f5a60001".into(),
                 end_date: Some(t0() + chrono::Duration::minutes(40)),
                 block: None,
                 part: false,
-            },
-        ),
-        EventKind::Unsupported => (SOURCE_EC2, Detail::Unsupported { why: "x".into() }),
+            }
+        }
+        EventKind::Unsupported => Detail::Unsupported { why: "x".into() },
     };
     EventBuilder(Event {
         id: id.into(),
         kind,
-        source: source.into(),
-        detail_type: String::new(),
         time: t0(),
         region: Some("us-east-1".into()),
         account: None,
@@ -117,11 +96,6 @@ pub fn lifecycle(asg: &str, hook: &str) -> LifecycleAction {
 }
 
 impl EventBuilder {
-    pub fn source(mut self, source: &str) -> Self {
-        self.0.source = source.into();
-        self
-    }
-
     pub fn time(mut self, time: DateTime<Utc>) -> Self {
         self.0.time = time;
         self
@@ -398,7 +372,7 @@ mod tests {
         let e = event(EventKind::AsgTermination, "e1", "i-0a1b2c3d4e5f60001")
             .account("123456789012")
             .build();
-        assert_eq!(e.source, SOURCE_ASG);
+        assert!(matches!(e.detail, Detail::AsgTermination(_)));
         assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60001"]);
         assert_eq!(e.time, t0());
         let n = node_object("n1", "i-0a1b2c3d4e5f60001")

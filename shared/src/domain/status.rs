@@ -39,7 +39,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::clusters::Place;
-use crate::domain::event::{DT_IMPAIRED, Detail, Event, EventKind, SOURCE_SWEEPER};
+use crate::domain::event::{Detail, Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::sweep::synthetic;
 
@@ -113,19 +113,15 @@ pub fn status_findings(
         if let (Some(checks), Some(since)) = (s.failing(), s.impaired_since)
             && now - since >= impaired_after
         {
-            let mut e = synthetic(
+            events.push(synthetic(
                 EventKind::Impaired,
                 run,
                 Detail::Impaired {
                     checks: checks.to_string(),
-                    since: Some(since),
                 },
                 now,
                 place,
-            );
-            e.source = SOURCE_SWEEPER.to_string();
-            e.detail_type = DT_IMPAIRED.to_string();
-            events.push(e);
+            ));
         }
         if let Some(scheduled) = s.events.iter().find(|e| e.leaving()) {
             events.push(synthetic(
@@ -216,12 +212,10 @@ mod tests {
         let e = &events[0];
         assert_eq!(e.kind, EventKind::Impaired);
         assert_eq!(e.id, "sweep:impaired:i-00000001@1795165200");
-        assert_eq!(e.source, SOURCE_SWEEPER);
         assert_eq!(
             e.detail,
             Detail::Impaired {
-                checks: "system".into(),
-                since: Some(t("2026-11-20T09:54:00Z"))
+                checks: "system".into()
             }
         );
         let mut both = impaired("i-00000002", Some("2026-11-20T09:50:00Z"));

@@ -32,7 +32,7 @@ use chrono::{DateTime, Duration, Utc};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::time::sane_span;
+use crate::domain::time::SANE_SPAN;
 
 /// The namespace of forewarn's own objects in a cluster (created by `infra/k8s/rbac.yaml`): the
 /// policy ConfigMap and the placeholders; nothing forewarn reads there can be written by a tenant
@@ -106,7 +106,7 @@ pub const STEP_BUDGET: Duration = Duration::seconds(2);
 pub const MAX_PODS: usize = 250;
 
 /// The latest time a pod whose grace period is `grace_seconds` (Kubernetes' 30 when unset;
-/// clamped to 0..=[`sane_span`]: a spec may hold any int64, the API server checks only that it
+/// clamped to 0..=[`SANE_SPAN`]: a spec may hold any int64, the API server checks only that it
 /// is not negative, and no notice forewarn acts on is longer, so a pod asking more is due at
 /// once either way), with `earlier_rounds` of its budget before it (at most
 /// [`MAX_PODS`]), is evicted for its drain to end by `deadline`. Checked: whatever the spec
@@ -119,7 +119,7 @@ pub fn latest_safe(
 ) -> DateTime<Utc> {
     let grace = Duration::try_seconds(grace_seconds.unwrap_or(30).max(0))
         .unwrap_or(Duration::MAX)
-        .min(sane_span());
+        .min(SANE_SPAN);
     let rounds = i32::try_from(earlier_rounds.min(MAX_PODS)).unwrap_or(0);
     ROUND
         .checked_mul(rounds)
@@ -245,7 +245,7 @@ mod tests {
         // Clamped, not wrapped: the longest grace taken is the longest notice.
         assert_eq!(
             latest_safe(deadline, Some(i64::MAX), 0),
-            deadline - sane_span() - MARGIN
+            deadline - SANE_SPAN - MARGIN
         );
         assert_eq!(
             latest_safe(deadline, None, usize::MAX),

@@ -98,12 +98,9 @@ fn found(
     now: DateTime<Utc>,
     place: &Place,
 ) -> Event {
-    let (source, detail_type) = kind.source_and_detail_type().unwrap_or_default();
     Event {
         id,
         kind,
-        source: source.to_string(),
-        detail_type: detail_type.to_string(),
         time: now,
         region: place.region.clone(),
         account: place.account.clone(),
@@ -319,7 +316,6 @@ mod tests {
                 state: InstanceState::Stopping
             }
         );
-        assert_eq!(events[0].source, "aws.ec2");
         assert_eq!(events[0].region.as_deref(), Some("us-east-1"));
         assert_eq!(
             events[0].account.as_deref(),

@@ -18,9 +18,7 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 pub const SANE_YEARS: i64 = 10;
 
 /// [`SANE_YEARS`] as a duration: 3,653 days, so that ten calendar years always fit.
-pub fn sane_span() -> TimeDelta {
-    TimeDelta::days(SANE_YEARS * 366 - 7)
-}
+pub const SANE_SPAN: TimeDelta = TimeDelta::days(SANE_YEARS * 366 - 7);
 
 /// Text that is not a duration forewarn takes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,7 +44,7 @@ pub fn parse_duration(s: &str) -> Result<TimeDelta, BadDuration> {
     };
     TimeDelta::from_std(d)
         .ok()
-        .filter(|d| *d <= sane_span())
+        .filter(|d| *d <= SANE_SPAN)
         .ok_or_else(too_long)
 }
 
@@ -68,9 +66,9 @@ pub fn within_sane_range(
     // The difference of two times never overflows: chrono's whole range is ±262,143 years, and a
     // `TimeDelta` holds ±292 million years.
     let offset = t.signed_duration_since(now);
-    if offset > sane_span() {
+    if offset > SANE_SPAN {
         Err(OutOfRange::Ahead(t))
-    } else if offset < -sane_span() {
+    } else if offset < -SANE_SPAN {
         Err(OutOfRange::Behind(t))
     } else {
         Ok(t)
@@ -175,7 +173,7 @@ mod tests {
             ) {
                 if let Ok(d) = parse_duration(&s) {
                     prop_assert!(d >= TimeDelta::zero());
-                    prop_assert!(d <= sane_span());
+                    prop_assert!(d <= SANE_SPAN);
                 }
             }
         }

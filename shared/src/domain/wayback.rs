@@ -109,7 +109,6 @@ pub fn undos(
 mod tests {
     use super::*;
     use crate::domain::cordon_record::{ANNOTATION_CORDON, drop_unverified, read};
-    use crate::domain::facts::Taint;
     use crate::domain::keys::{ContinuationKey, KeyRing};
     use serde_json::Value;
 
@@ -141,11 +140,7 @@ mod tests {
             ..NodeFacts::default()
         };
         if taint {
-            n.taints.push(Taint {
-                key: crate::domain::config::TAINT_KEY.into(),
-                value: Some("rebalance-recommendation".into()),
-                effect: "NoSchedule".into(),
-            });
+            n.taints.push(crate::domain::config::TAINT_KEY.into());
             n.unschedulable = true;
         }
         if let Some(r) = record {
@@ -266,11 +261,6 @@ mod tests {
     #[test]
     fn the_taints_forewarn_put_are_its_own_key_and_those_its_record_lists() {
         use crate::domain::config::{NTH_TAINT_REBALANCE, NTH_TAINT_SPOT, TAINT_KEY};
-        let nth = |key: &str| Taint {
-            key: key.into(),
-            value: Some("e".into()),
-            effect: "NoSchedule".into(),
-        };
         // A record of a rebalance cordon under `nth`, then a spot one: both keys stay listed,
         // each once, whichever reason wins.
         let rebalance = CordonRecord {
@@ -301,7 +291,7 @@ mod tests {
         let with = |name: &str, taint: &str, record: &CordonRecord| {
             let mut n = node(name, false, Some(record));
             n.unschedulable = true;
-            n.taints.push(nth(taint));
+            n.taints.push(taint.into());
             n
         };
         let nodes = vec![

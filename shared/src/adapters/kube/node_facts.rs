@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::domain::facts::{
     ANNOTATION_CAPI_MACHINE, ANNOTATION_CAPI_NAMESPACE, CAPI_GROUP, KARPENTER_GROUP, NodeFacts,
-    Taint, Target,
+    Target,
 };
 
 /// Reads the facts from a Node object.
@@ -36,11 +36,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
                 .map(machine)
         });
     let taints = (spec.and_then(|s| s.taints.as_ref()).into_iter().flatten())
-        .map(|t| Taint {
-            key: t.key.clone(),
-            value: t.value.clone(),
-            effect: t.effect.clone(),
-        })
+        .map(|t| t.key.clone())
         .collect();
     let addresses = node.status.as_ref().and_then(|s| s.addresses.as_ref());
     let dns_names = (addresses.into_iter().flatten())
@@ -56,7 +52,6 @@ pub fn node_facts(node: &Node) -> NodeFacts {
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         owner,
         dns_names,
-        resource_version: meta.resource_version.clone(),
     }
 }
 #[cfg(test)]

@@ -76,7 +76,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fields::{Fields, InstanceId, Parsed, Text, unsupported};
-use super::{DecodeError, Detail, Event, EventKind, LifecycleAction, SOURCE_ASG, synthetic_id};
+use super::{DecodeError, Detail, Event, EventKind, LifecycleAction, synthetic_id};
 
 /// The `Service` of an Auto Scaling notification sent straight to a queue.
 pub const ASG_SERVICE: &str = "AWS Auto Scaling";
@@ -218,16 +218,8 @@ pub(crate) fn notification(
         _ => EventKind::Unsupported,
     };
     let time = f.event_time(head.time.as_deref(), "Time", kind, received)?;
-    let (id, detail_type, instance_ids, detail) = match kind.source_and_detail_type() {
-        Some((_, detail_type)) => {
-            let action: Action = f.read(v, "")?;
-            let id = format!("lifecycle-action:{}", action.token.0);
-            let (instance, detail) = action.into_detail(kind);
-            let detail = detail.placed(head.account_id.as_deref(), region.as_deref());
-            (id, detail_type, vec![instance], detail)
-        }
-        None => {
-            let event = head.event.as_deref();
+    let (id, instance_ids, detail) = match kind {
+        EventKind::Unsupported => {
             let why = why.unwrap_or_else(|| match transition {
                 Some(other) => format!(
                     "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} and \
@@ -235,23 +227,22 @@ pub(crate) fn notification(
                 ),
                 None => format!(
                     "Auto Scaling notification `{}` is not a lifecycle action",
-                    event.unwrap_or_default()
+                    head.event.as_deref().unwrap_or_default()
                 ),
             });
-            let detail_type = transition.or(event).unwrap_or_default();
-            (
-                synthetic_id(v),
-                detail_type,
-                vec![],
-                Detail::Unsupported { why },
-            )
+            (synthetic_id(v), vec![], Detail::Unsupported { why })
+        }
+        _ => {
+            let action: Action = f.read(v, "")?;
+            let id = format!("lifecycle-action:{}", action.token.0);
+            let (instance, detail) = action.into_detail(kind);
+            let detail = detail.placed(head.account_id.as_deref(), region.as_deref());
+            (id, vec![instance], detail)
         }
     };
     Ok(Event {
         id,
         kind,
-        source: SOURCE_ASG.to_string(),
-        detail_type: detail_type.to_string(),
         time,
         region,
         account: head.account_id,

@@ -67,8 +67,6 @@ struct Instance {
     instance_action: Option<InstanceAction>,
     state: Option<Text>,
     instance_termination_time: Option<String>,
-    #[serde(rename = "azId")]
-    az_id: Option<String>,
 }
 
 /// A Capacity Block's `detail`; `instance-ids` only in a part of a warning forewarn queued (see
@@ -105,7 +103,6 @@ pub(crate) fn instance(
                 d.instance_termination_time.as_deref(),
                 "detail.instance-termination-time",
             )?,
-            az_id: d.az_id,
         },
     };
     Ok((kind, vec![d.instance_id.0], detail))

@@ -124,10 +124,6 @@ pub const DT_STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 pub const DT_HEALTH: &str = "AWS Health Event";
 pub const DT_ASG_TERMINATE: &str = "EC2 Instance-terminate Lifecycle Action";
 pub const DT_ASG_LAUNCH: &str = "EC2 Instance-launch Lifecycle Action";
-/// The `source` and `detail-type` of the sweeper's findings that no AWS event names
-/// (`impaired`).
-pub const SOURCE_SWEEPER: &str = "forewarn.sweeper";
-pub const DT_IMPAIRED: &str = "EC2 Instance Status Impaired";
 pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
 /// A Capacity Block's expiration warning, as EC2's user guide names it in English; its other
 /// pages (and translations) write [`DT_BLOCK_EXPIRATION_LONG`]: both are matched and accepted.
@@ -142,9 +138,8 @@ pub const BLOCK_TERMINATION_LEAD: chrono::Duration = chrono::Duration::minutes(3
 pub const BLOCK_WARNING_LEAD: chrono::Duration = chrono::Duration::minutes(10);
 
 /// What a spot (or capacity reservation) interruption will do to the instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, strum::Display)]
 #[serde(rename_all = "kebab-case")]
-#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum InstanceAction {
     Terminate,
@@ -154,9 +149,7 @@ pub enum InstanceAction {
 
 /// EC2 instance states as the state-change notification names them; a state of another name is
 /// kept as it is written ([`InstanceState::Other`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[derive(strum::Display, strum::EnumString, strum::AsRefStr)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display, strum::EnumString, strum::AsRefStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum InstanceState {
     Pending,
@@ -165,7 +158,6 @@ pub enum InstanceState {
     Stopped,
     ShuttingDown,
     Terminated,
-    #[serde(untagged)]
     #[strum(default, transparent)]
     Other(String),
 }
@@ -213,8 +205,7 @@ impl Detail {
 }
 
 /// The kind-specific part of an event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Detail {
     Spot {
         action: InstanceAction,
@@ -231,7 +222,6 @@ pub enum Detail {
         /// The instances whose scheduled change is over: every one when the update's
         /// `statusCode` is `closed`, else those whose entity `status` is `RESOLVED` or
         /// `CANCELLED`. Their cordon (forewarn's, for this `eventArn`) is undone.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         closed: Vec<String>,
     },
     AsgTermination(LifecycleAction),
@@ -239,7 +229,6 @@ pub enum Detail {
     CapacityReservation {
         action: InstanceAction,
         termination_time: Option<DateTime<Utc>>,
-        az_id: Option<String>,
     },
     /// A Capacity Block's warning or delivery: the reservation (`cr-…`) and its end. Its
     /// instances are not in the event: they are looked up in the event's account and region
@@ -247,19 +236,16 @@ pub enum Detail {
     CapacityBlock {
         reservation_id: String,
         end_date: Option<DateTime<Utc>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         block: Option<BlockFacts>,
         /// A part of a warning that forewarn queued for some of the block's instances
         /// (`detail.instance-ids`, see `crate::app::blocks`): its id is the warning's and its
         /// first instance's, and it acts only on those of its instances EC2 lists in the block.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         part: bool,
     },
     /// EC2 status checks failing (the sweeper's `DescribeInstanceStatus`): which (`system`,
-    /// `instance`, or both) and since when.
+    /// `instance`, or both).
     Impaired {
         checks: String,
-        since: Option<DateTime<Utc>>,
     },
     /// Valid JSON forewarn does not handle; `why` says what it was.
     Unsupported {
@@ -284,13 +270,11 @@ pub struct BlockFacts {
 }
 
 /// One decoded event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     /// The EventBridge event id; the idempotence key.
     pub id: String,
     pub kind: EventKind,
-    pub source: String,
-    pub detail_type: String,
     pub time: DateTime<Utc>,
     pub region: Option<String>,
     pub account: Option<String>,
@@ -301,14 +285,13 @@ pub struct Event {
 
 /// Where a record came from inside an input: the file (or other label), its position in the
 /// envelope and the SQS message id when there is one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     pub source: String,
     /// `None` for a bare event; the index in `Records` or in the array otherwise.
     pub index: Option<usize>,
     pub message_id: Option<String>,
     /// The record is an SQS message (`Records[i]`), not an item of a JSON array (`[i]`).
-    #[serde(skip)]
     sqs: bool,
 }
 

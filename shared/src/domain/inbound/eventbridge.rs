@@ -72,8 +72,6 @@ pub fn parse_event(
     Ok(Event {
         id,
         kind,
-        source,
-        detail_type,
         time,
         region: e.region,
         account: e.account,

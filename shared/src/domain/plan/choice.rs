@@ -239,7 +239,7 @@ mod tests {
     use super::*;
     use crate::domain::config::TAINT_KEY;
     use crate::domain::event::EventKind;
-    use crate::domain::facts::{Taint, Target};
+    use crate::domain::facts::Target;
     use crate::domain::fixtures::{self, t0};
     use crate::domain::policy::Policy;
     use crate::domain::pool::CapacityType;
@@ -364,11 +364,7 @@ mod tests {
     fn a_node_cordoned_for_longer_is_not_cordoned_again_a_shorter_one_is_extended() {
         let mut n = node("web");
         n.unschedulable = true;
-        n.taints.push(Taint {
-            key: TAINT_KEY.into(),
-            value: Some("scheduled-change".into()),
-            effect: "NoSchedule".into(),
-        });
+        n.taints.push(TAINT_KEY.into());
         let forever = CordonRecord::new(EventKind::SpotInterruption, "e-0", ID, t0());
         n.annotations.insert(
             crate::domain::cordon_record::ANNOTATION_CORDON.into(),
@@ -396,11 +392,7 @@ mod tests {
     fn a_node_forewarn_cordoned_before_records_keeps_its_cordon_as_it_is() {
         let mut n = node("web");
         n.unschedulable = true;
-        n.taints.push(Taint {
-            key: TAINT_KEY.into(),
-            value: Some("spot-interruption".into()),
-            effect: "NoSchedule".into(),
-        });
+        n.taints.push(TAINT_KEY.into());
         let a = plan_for(EventKind::ScheduledChange, n, &BTreeMap::new());
         assert_eq!(
             a.action,
@@ -444,11 +436,7 @@ mod tests {
         };
         let mut n = node("other");
         n.unschedulable = true;
-        n.taints.push(Taint {
-            key: TAINT_KEY.into(),
-            value: Some("scheduled-change".into()),
-            effect: "NoSchedule".into(),
-        });
+        n.taints.push(TAINT_KEY.into());
         n.annotations.insert(
             crate::domain::cordon_record::ANNOTATION_CORDON.into(),
             record.to_annotation(),

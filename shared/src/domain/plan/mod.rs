@@ -258,7 +258,7 @@ fn summary(event: &Event) -> String {
             event_type_code, ..
         } => event_type_code.clone(),
         Detail::AsgTermination(l) | Detail::AsgLaunch(l) => l.asg_name.clone(),
-        Detail::Impaired { checks, .. } => format!("{checks} status check"),
+        Detail::Impaired { checks } => format!("{checks} status check"),
         Detail::CapacityBlock { reservation_id, .. } => reservation_id.clone(),
         Detail::Rebalance | Detail::Unsupported { .. } => String::new(),
     };
@@ -529,8 +529,7 @@ mod tests {
 
     use super::*;
     use crate::domain::clusters::{ClusterId, Place};
-    use crate::domain::event::{SOURCE_EC2, parse_time};
-    use crate::domain::facts::Taint;
+    use crate::domain::event::parse_time;
     use crate::domain::fixtures;
 
     const CLUSTER: &str = "demo";
@@ -541,9 +540,7 @@ mod tests {
     }
 
     fn event(kind: EventKind) -> Event {
-        fixtures::event(kind, &format!("ev-{kind}"), ID)
-            .source(SOURCE_EC2)
-            .build()
+        fixtures::event(kind, &format!("ev-{kind}"), ID).build()
     }
 
     fn instance(cluster_tag: &str) -> InstanceFacts {
@@ -608,11 +605,7 @@ mod tests {
             }
             Situation::AlreadyCordoned => {
                 node.unschedulable = true;
-                node.taints.push(Taint {
-                    key: crate::domain::config::TAINT_KEY.into(),
-                    value: Some("rebalance-recommendation".into()),
-                    effect: "NoSchedule".into(),
-                });
+                node.taints.push(crate::domain::config::TAINT_KEY.into());
             }
             _ => {}
         }
@@ -764,7 +757,7 @@ mod tests {
         assert_eq!(rebalance(&nodes, &config()), Action::None);
         assert_eq!(rebalance(&nodes, &nth), Action::Cordon);
         // NTH's key, put by NTH (no record of forewarn's lists it): not forewarn's cordon.
-        nodes[0].taints[0].key = NTH_TAINT_REBALANCE.into();
+        nodes[0].taints[0] = NTH_TAINT_REBALANCE.into();
         assert_eq!(rebalance(&nodes, &nth), Action::Cordon);
         assert_eq!(rebalance(&nodes, &config()), Action::Cordon);
         // NTH's key, put by forewarn: its record lists it.
@@ -893,7 +886,7 @@ mod tests {
         for state in ["pending", "running"] {
             let mut e = event(EventKind::StateChange);
             e.detail = Detail::StateChange {
-                state: serde_json::from_value(serde_json::json!(state)).unwrap(),
+                state: state.parse().unwrap(),
             };
             let p = decide(&e, facts, &config());
             assert!(p.ignored.as_deref().unwrap().contains(state));
