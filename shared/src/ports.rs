@@ -592,18 +592,12 @@ pub trait TrafficRounds: Send + Sync {
 
 pub use crate::domain::traffic::{Claim, OUTCOME_KEPT, Settled};
 
-/// What one round of notifications did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Delivery {
-    pub sent: usize,
-    pub failed: usize,
-}
-
 /// Tells people what was done (the webhook). Best effort: it never fails an event.
 #[async_trait]
 pub trait Notifier: Send + Sync {
-    /// Sends what `reports` are worth telling, all within `time_left`; failures are counted.
-    async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>) -> Delivery;
+    /// Sends what `reports` are worth telling, all within `time_left`; how many were sent and
+    /// how many failed is logged.
+    async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>);
 }
 
 /// A message to come back after `delay` rather than after the queue's visibility timeout.
