@@ -505,46 +505,16 @@ pub trait ClusterCatalog: Send + Sync {
     async fn clusters(&self, place: &Place) -> Result<Vec<String>, PortError>;
 }
 
-/// What became of a lifecycle action.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LifecycleOutcome {
-    /// Completed with `CONTINUE`.
-    Completed,
-    /// No such action is pending (completed before, or timed out): the AWS message.
-    AlreadyCompleted { message: String },
-    /// Dry run.
-    WouldComplete,
-    /// The executor has no AWS client for it (tests, a local run).
-    NotConfigured,
-}
-
-impl LifecycleOutcome {
-    /// For people; `hook` is `<asg>/<hook name>`.
-    pub fn summary(&self, hook: &str) -> String {
-        match self {
-            LifecycleOutcome::Completed => format!("completed lifecycle action {hook} (CONTINUE)"),
-            LifecycleOutcome::AlreadyCompleted { .. } => {
-                format!("lifecycle action {hook} already completed or timed out")
-            }
-            LifecycleOutcome::WouldComplete => {
-                format!("would complete lifecycle action {hook} (CONTINUE)")
-            }
-            LifecycleOutcome::NotConfigured => {
-                format!("lifecycle action {hook} not completed: no Auto Scaling client configured")
-            }
-        }
-    }
-}
-
 /// Completes ASG lifecycle actions (a trait so the executor works without AWS).
 #[async_trait]
 pub trait LifecycleCompleter: Send + Sync {
-    /// Completes `action` for `instance_id` with `CONTINUE`.
+    /// Completes `action` for `instance_id` with `CONTINUE`. False when no such action is
+    /// pending (completed before, or timed out): the AWS message is logged.
     async fn complete(
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<LifecycleOutcome, PortError>;
+    ) -> Result<bool, PortError>;
 
     /// Keeps `action` of `instance_id` alive (`RecordLifecycleActionHeartbeat`): its timeout
     /// starts again, so a drain that takes long is not cut short. False when no such action is
@@ -622,18 +592,12 @@ pub trait TrafficRounds: Send + Sync {
 
 pub use crate::domain::traffic::{Claim, OUTCOME_KEPT, Settled};
 
-/// What one round of notifications did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Delivery {
-    pub sent: usize,
-    pub failed: usize,
-}
-
 /// Tells people what was done (the webhook). Best effort: it never fails an event.
 #[async_trait]
 pub trait Notifier: Send + Sync {
-    /// Sends what `reports` are worth telling, all within `time_left`; failures are counted.
-    async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>) -> Delivery;
+    /// Sends what `reports` are worth telling, all within `time_left`; how many were sent and
+    /// how many failed is logged.
+    async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>);
 }
 
 /// A message to come back after `delay` rather than after the queue's visibility timeout.

@@ -29,8 +29,7 @@ use forewarn::domain::fixtures::ec2_node;
 use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
 use forewarn::ports::{
-    AccountUnreachable, FailureKind, InstanceDirectory, LifecycleCompleter, LifecycleOutcome,
-    NotServed, Place,
+    AccountUnreachable, FailureKind, InstanceDirectory, LifecycleCompleter, NotServed, Place,
 };
 use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{runtime, shared};
@@ -216,17 +215,11 @@ fn a_member_accounts_lifecycle_action_is_completed_in_that_account_and_region() 
         let asg = AsgLifecycle::new(&base).with_accounts(accounts);
         let theirs = action(Some(MEMBER), Some("eu-west-1"));
         assert!(asg.heartbeat(&launched.id, &theirs).await.unwrap());
-        assert_eq!(
-            asg.complete(&launched.id, &theirs).await.unwrap(),
-            LifecycleOutcome::Completed
-        );
+        assert!(asg.complete(&launched.id, &theirs).await.unwrap());
         // An action of the own account (or one from a plan written before actions had a
         // place): the own credentials, in the own region.
         let ours = action(None, None);
-        assert_eq!(
-            asg.complete(&launched.id, &ours).await.unwrap(),
-            LifecycleOutcome::Completed
-        );
+        assert!(asg.complete(&launched.id, &ours).await.unwrap());
 
         let calls = proxy.calls();
         assert_eq!(of(&calls, "AssumeRole").len(), 1, "{calls:#?}");

@@ -15,7 +15,7 @@ use super::aws::call_error;
 use crate::app::priorities::NodeGroupSource;
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
-use crate::ports::{LifecycleCompleter, LifecycleOutcome, Place, PortError};
+use crate::ports::{LifecycleCompleter, Place, PortError};
 
 /// `autoscaling:CompleteLifecycleAction` (and `RecordLifecycleActionHeartbeat`) through the AWS
 /// SDK, in the account and region of the action (see [`LifecycleAction::account`]): the own
@@ -91,7 +91,7 @@ impl LifecycleCompleter for AsgLifecycle {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<LifecycleOutcome, PortError> {
+    ) -> Result<bool, PortError> {
         let mut request = self
             .client(instance_id, action)
             .await?
@@ -106,12 +106,12 @@ impl LifecycleCompleter for AsgLifecycle {
         match request.send().await {
             Ok(_) => {
                 tracing::info!("completed the lifecycle action");
-                Ok(LifecycleOutcome::Completed)
+                Ok(true)
             }
             Err(e) if is_no_active_action(e.code(), e.message()) => {
-                let message = e.message().unwrap_or_default().to_string();
+                let message = e.message().unwrap_or_default();
                 tracing::info!(%message, "no active lifecycle action: completed before or timed out");
-                Ok(LifecycleOutcome::AlreadyCompleted { message })
+                Ok(false)
             }
             Err(e) => Err(call_error(lifecycle_call(instance_id, action), e)),
         }

@@ -31,7 +31,7 @@ use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 use crate::domain::config::Action;
 use crate::domain::report::{ActionReport, Outcome, Report};
-use crate::ports::{Delivery, Notifier};
+use crate::ports::Notifier;
 
 /// Slack's incoming-webhook body: one line of text per action.
 pub const DEFAULT_TEMPLATE: &str = r#"{"text": "forewarn {{outcome}}: {{action}} node {{node}} ({{instance_id}}, {{pool}}) on {{summary}} event {{event_id}}. {{result}}"}"#;
@@ -356,11 +356,11 @@ impl Webhook {
 impl Notifier for Webhook {
     /// Posts the messages of `reports`, each within 5 s and within `time_left` (the batch's);
     /// failures are logged and counted.
-    async fn notify(&self, reports: &[Report], time_left: Option<Duration>) -> Delivery {
+    async fn notify(&self, reports: &[Report], time_left: Option<Duration>) {
         let config = &self.config;
         let messages = config.messages(reports, self.cluster.as_deref());
         if messages.is_empty() {
-            return Delivery::default();
+            return;
         }
         let results: Vec<bool> = futures::stream::iter(messages)
             .map(|body| async move {
@@ -384,10 +384,8 @@ impl Notifier for Webhook {
             .collect()
             .await;
         let sent = results.iter().filter(|ok| **ok).count();
-        Delivery {
-            sent,
-            failed: results.len() - sent,
-        }
+        let failed = results.len() - sent;
+        tracing::info!(sent, failed, "webhook messages");
     }
 }
 
@@ -713,10 +711,14 @@ mod tests {
         ];
         for url in urls {
             let webhook = Webhook::new(config(&url, None).unwrap(), None).unwrap();
-            let delivery = (webhook.notify(&[report(Outcome::Acted, Action::Cordon)], None)).await;
-            assert_eq!((delivery.sent, delivery.failed), (0, 1), "{url}");
+            webhook
+                .notify(&[report(Outcome::Acted, Action::Cordon)], None)
+                .await;
         }
         let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let counted = log.lines().filter(|l| l.contains("webhook messages"));
+        let counted: Vec<&str> = counted.filter(|l| l.contains("sent=0 failed=1")).collect();
+        assert_eq!(counted.len(), 2, "one message, failed, per webhook: {log}");
         let lines: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("webhook failed"))

@@ -283,14 +283,7 @@ impl Handler {
                 .work(deadline)
                 .deadline
                 .map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
-            let delivery = notifier.notify(reports, time_left).await;
-            if delivery != Default::default() {
-                tracing::info!(
-                    sent = delivery.sent,
-                    failed = delivery.failed,
-                    "webhook messages"
-                );
-            }
+            notifier.notify(reports, time_left).await;
         }
     }
 

@@ -9,7 +9,7 @@ use forewarn::adapters::kube::KubeExecutor;
 use forewarn::domain::config::Action;
 use forewarn::domain::event::{EventKind, LifecycleAction};
 use forewarn::domain::fixtures::pod_object;
-use forewarn::ports::{LifecycleCompleter, LifecycleOutcome, Pass, PortError};
+use forewarn::ports::{LifecycleCompleter, Pass, PortError};
 use kube_fake::{Fault, Method};
 use serde_json::json;
 
@@ -30,12 +30,12 @@ impl LifecycleCompleter for RecordingLifecycle {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<LifecycleOutcome, PortError> {
+    ) -> Result<bool, PortError> {
         self.calls
             .lock()
             .unwrap()
             .push((instance_id.to_string(), action.token.clone()));
-        Ok(LifecycleOutcome::Completed)
+        Ok(true)
     }
 
     async fn heartbeat(
@@ -291,10 +291,7 @@ async fn complete_lifecycle_action_continues_and_takes_no_active_action_as_done(
 
     let (client, bodies) = autoscaling_stub(|| (200, COMPLETED)).await;
     let asg = AsgLifecycle::from_client(client);
-    assert_eq!(
-        asg.complete(ID, &lifecycle_action()).await.unwrap(),
-        LifecycleOutcome::Completed
-    );
+    assert!(asg.complete(ID, &lifecycle_action()).await.unwrap());
     let body = bodies.lock().unwrap()[0].clone();
     for part in [
         "Action=CompleteLifecycleAction",
@@ -319,13 +316,13 @@ async fn complete_lifecycle_action_continues_and_takes_no_active_action_as_done(
         )
     })
     .await;
-    let outcome = AsgLifecycle::from_client(client)
+    let completed = AsgLifecycle::from_client(client)
         .complete(ID, &lifecycle_action())
         .await
         .unwrap();
     assert!(
-        matches!(&outcome, LifecycleOutcome::AlreadyCompleted { message } if message.contains("No active Lifecycle Action")),
-        "{outcome:?}"
+        !completed,
+        "no active action: already completed, not an error"
     );
 
     let (client, _) = autoscaling_stub(|| {

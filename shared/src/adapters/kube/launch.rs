@@ -21,7 +21,7 @@ use super::outcome::NodeOutcome;
 use crate::domain::event::EventKind;
 use crate::domain::facts::NotItsNode;
 use crate::domain::plan::{NodeAction, Plan};
-use crate::ports::{LifecycleOutcome, Pass};
+use crate::ports::Pass;
 
 /// How often a node that has not joined yet is looked at again.
 pub const LAUNCH_CHECK_EVERY: chrono::Duration = chrono::Duration::seconds(15);
@@ -147,15 +147,18 @@ impl KubeExecutor {
                 out.result.heartbeat_at = Some(self.clients.clock().now());
             }
         } else if let Some(lifecycle) = &a.complete_lifecycle {
-            let done = if self.settings.dry_run {
-                LifecycleOutcome::WouldComplete
+            let hook = format!("{}/{}", lifecycle.asg_name, lifecycle.hook_name);
+            out.say(if self.settings.dry_run {
+                format!("would complete lifecycle action {hook} (CONTINUE)")
             } else if let Some(completer) = &self.lifecycle {
-                completer.complete(&a.instance_id, lifecycle).await?
+                match completer.complete(&a.instance_id, lifecycle).await? {
+                    true => format!("completed lifecycle action {hook} (CONTINUE)"),
+                    false => format!("lifecycle action {hook} already completed or timed out"),
+                }
             } else {
                 tracing::warn!("no Auto Scaling client: the lifecycle action is left to time out");
-                LifecycleOutcome::NotConfigured
-            };
-            out.say(done.summary(&format!("{}/{}", lifecycle.asg_name, lifecycle.hook_name)));
+                format!("lifecycle action {hook} not completed: no Auto Scaling client configured")
+            });
         }
         Ok(())
     }
