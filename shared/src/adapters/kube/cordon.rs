@@ -21,7 +21,7 @@ use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::{KubeError, Refusal};
 use super::events::{EventType, Said};
-use super::executor::KubeExecutor;
+use super::executor::{CONFLICT_ATTEMPTS, KubeExecutor};
 use super::node_facts::node_facts;
 use super::outcome::{CordonOutcome, NodeOutcome};
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
@@ -267,9 +267,6 @@ pub(crate) async fn get_node(
 fn taints_of(node: &Node) -> &[Taint] {
     (node.spec.as_ref().and_then(|s| s.taints.as_deref())).unwrap_or_default()
 }
-
-/// How many times a node write is tried at most when it meets 409 Conflict.
-pub(super) const CONFLICT_ATTEMPTS: u32 = 5;
 
 /// What one attempt of a node write does, decided from the node as just read.
 enum Step<T> {

@@ -30,7 +30,7 @@ use super::api::rate_limit::Lane;
 use super::api::retry::with_retry;
 use super::error::{KubeError, error_text, retry_after, status_code};
 use super::events::{EventType, Said};
-use super::executor::KubeExecutor;
+use super::executor::{EVICTIONS_AT_ONCE, KubeExecutor};
 use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
 use super::surge;
 use crate::adapters::backoff::backoff;
@@ -111,10 +111,6 @@ enum Eviction {
     Gone,
     Refused(String),
 }
-
-/// Evictions in flight at once in a drain (the benchmarked value); a surge pass creates its
-/// placeholders as many at once.
-pub(super) const EVICTIONS_AT_ONCE: usize = 8;
 
 /// How many times one eviction waits out the API server's `Retry-After` beyond its pass's
 /// retries.

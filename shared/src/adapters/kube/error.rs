@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::cordon::CONFLICT_ATTEMPTS;
+use super::executor::CONFLICT_ATTEMPTS;
 use crate::domain::cordon_record::ANNOTATION_CORDON;
 use crate::domain::facts::NotItsNode;
 use crate::ports::{FailureKind, PortError};

@@ -127,6 +127,13 @@ impl KubeExecutor {
     }
 }
 
+/// Evictions in flight at once in a drain (the benchmarked value); a surge pass creates its
+/// placeholders as many at once.
+pub(super) const EVICTIONS_AT_ONCE: usize = 8;
+
+/// How many times a node write is tried at most when it meets 409 Conflict.
+pub(super) const CONFLICT_ATTEMPTS: u32 = 5;
+
 /// How long a namespace's budgets, once listed, are taken as they were: a budget's selector and
 /// size change rarely, and a list per drain would cost the API server a request per node.
 pub(super) const BUDGETS_KEPT: chrono::Duration = chrono::Duration::seconds(60);
