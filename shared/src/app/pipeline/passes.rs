@@ -173,18 +173,19 @@ impl Pipeline<'_> {
         // A run that does not write the cluster (a plan, a dry run) ends the chain; one that
         // would but holds no client of the cluster (its served clusters could not be listed)
         // fails the pass, which comes back: a drain is never acknowledged undone.
-        let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
-            return match self.mode.writes_cluster() {
-                false => report.ended(
-                    Outcome::Ignored,
-                    "a drain's continuation, and this run does not act on a cluster",
-                ),
-                true => report.failed(
+        let executor = match (self.mode.writes_cluster(), self.executor) {
+            (false, _) => {
+                let why = "a drain's continuation, and this run does not act on a cluster";
+                return report.ended(Outcome::Ignored, why);
+            }
+            (true, None) => {
+                return report.failed(
                     "a drain's continuation, and no client of its cluster is at hand (the \
                      served clusters could not be listed): it comes back"
                         .into(),
-                ),
-            };
+                );
+            }
+            (true, Some(executor)) => executor,
         };
         let out = &mut report;
         let done = async move {
