@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use forewarn::adapters::kube::ExecutorSettings;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{pdb_object, pod_object};
 use forewarn::ports::{Clock, DrainRole, Pass};
@@ -14,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::lifecycle::RecordingLifecycle;
 use crate::support::{
-    NODE, OTHER_NODE, World, assert_accepted, drain_pass, event, eviction_path, evictions, fast,
+    NODE, OTHER_NODE, World, assert_accepted, drain_pass, event, eviction_path, evictions,
     terminating,
 };
 
@@ -333,10 +332,7 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     let mut plan = w
         .plan(&event(EventKind::SpotInterruption, "ev-budget"))
         .await;
-    let executor = w.executor().with_settings(ExecutorSettings {
-        pass_budget: Duration::from_millis(100),
-        ..fast()
-    });
+    let executor = w.executor();
     let started = w.clock.now();
     // The event's first delivery cordons and taints the node; the drain passes follow.
     executor.run(&plan, Pass::Cordon).await.unwrap();
@@ -428,7 +424,6 @@ async fn a_rate_limited_eviction_is_tried_again_after_its_retry_after_in_the_sam
         .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let plan = w.plan(&event(EventKind::SpotInterruption, "ev-apf")).await;
     let executor = w.executor();
-    assert_eq!(executor.settings().pass_budget, Duration::ZERO);
     executor.run(&plan, Pass::Cordon).await.unwrap();
     w.fake.clear_requests();
     w.fake

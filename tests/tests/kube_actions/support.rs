@@ -84,11 +84,9 @@ pub(crate) fn event(kind: EventKind, id: &str) -> Event {
     .build()
 }
 
-/// Retries and polls fast, so the tests are.
+/// The tests' settings: their Events reported by `forewarn-test`.
 pub(crate) fn fast() -> ExecutorSettings {
     ExecutorSettings {
-        backoff_initial: Duration::from_millis(20),
-        backoff_max: Duration::from_millis(200),
         reporting_instance: "forewarn-test".into(),
         ..ExecutorSettings::default()
     }

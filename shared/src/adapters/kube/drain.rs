@@ -14,9 +14,9 @@
 //! - Evictions run in parallel, at most [`EVICTIONS_AT_ONCE`] at once. 404: already gone. Any other
 //!   answer is that pod's refusal, never the event's failure — 429 (a disruption budget, or API
 //!   priority and fairness), 500 (several budgets select the pod), 409, 503/504 and transport
-//!   errors — tried again in the next pass (within a pass, for at most its `pass_budget`, with
-//!   exponential backoff and jitter); a pod still refused at the deadline is reported as left,
-//!   with the last answer.
+//!   errors — tried again in the next pass (in the same pass only after a `Retry-After`, the
+//!   API server's rate limit); a pod still refused at the deadline is reported as left, with the
+//!   last answer.
 //! - Grace fitted to the notice: when the instance surely goes at the deadline (a spot or
 //!   capacity reservation warning, a scheduled change with a start time), an eviction whose
 //!   pod's `terminationGracePeriodSeconds` would outlast it asks for the seconds left
@@ -33,14 +33,11 @@ use super::events::{EventType, Said};
 use super::executor::{EVICTIONS_AT_ONCE, KubeExecutor};
 use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
 use super::surge;
-use crate::adapters::backoff::backoff;
 use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::surge::CHECK_EVERY;
 use crate::ports::{DrainRole, Pass, span};
 use ::kube::api::{ListParams, PostParams};
 use ::kube::{Api, ResourceExt};
-use backon::BackoffBuilder;
-use backon::{ConstantBuilder, Retryable};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -206,11 +203,11 @@ fn next_look(
 impl KubeExecutor {
     /// One pass of `a`'s drain of `node`: lists the pods on it, evicts those not yet terminating
     /// — non-critical ones first; critical ones once no other evictable pod is left on the node,
-    /// or in the last quarter of the time from the drain's start to its deadline — retrying a
-    /// refusal for at most the settings' `pass_budget`, and returns. The report is `pending` while
-    /// anything is left to evict or to wait for and the deadline has not passed; past the
-    /// deadline every pod still to evict gets one attempt and the drain ends, reporting what is
-    /// still there (`left`, `terminating`).
+    /// or in the last quarter of the time from the drain's start to its deadline — each once
+    /// ([`KubeExecutor::evict`]), and returns. The report is `pending` while anything is left to
+    /// evict or to wait for and the deadline has not passed; past the deadline every pod still to
+    /// evict gets one attempt and the drain ends, reporting what is still there (`left`,
+    /// `terminating`).
     pub(super) async fn evictions(
         &self,
         plan: &Plan,
@@ -261,8 +258,7 @@ impl KubeExecutor {
         if now >= deadline {
             // The last pass: one attempt for every pod still to evict, then the drain ends with
             // what is left (and so do its placeholders).
-            self.evict_all(&evictable, now, grace_until, &mut report)
-                .await?;
+            self.evict_all(&evictable, grace_until, &mut report).await?;
             report.terminating = terminating;
             if a.surge {
                 report.placeholders_deleted += surge::delete_of_node(clients, node).await;
@@ -297,9 +293,7 @@ impl KubeExecutor {
             });
             deferred += report.waiting.len();
         }
-        let pass_end = (now + span(self.settings.pass_budget)).min(deadline);
-        self.evict_all(&due, pass_end, grace_until, &mut report)
-            .await?;
+        self.evict_all(&due, grace_until, &mut report).await?;
         report.terminating = terminating;
         let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
         report.pending = acted || !report.terminating.is_empty();
@@ -314,12 +308,11 @@ impl KubeExecutor {
         Ok(report)
     }
 
-    /// Evicts `pods` (at most [`EVICTIONS_AT_ONCE`] at once, each retried until `end`) and puts
-    /// what became of each in `report`.
+    /// Evicts `pods` (at most [`EVICTIONS_AT_ONCE`] at once, each once: see
+    /// [`KubeExecutor::evict`]) and puts what became of each in `report`.
     async fn evict_all(
         &self,
         pods: &[&Pod],
-        end: DateTime<Utc>,
         grace_until: Option<DateTime<Utc>>,
         report: &mut DrainReport,
     ) -> Result<(), KubeError> {
@@ -339,7 +332,7 @@ impl KubeExecutor {
             .collect();
         let results: Vec<_> = futures::stream::iter(targets)
             .map(|(key, uid, grace)| async move {
-                let result = self.evict(&key, grace, end, grace_until).await;
+                let result = self.evict(&key, grace, grace_until).await;
                 (key, uid, result)
             })
             .buffer_unordered(EVICTIONS_AT_ONCE)
@@ -360,74 +353,56 @@ impl KubeExecutor {
         Ok(())
     }
 
-    /// Evicts one pod, retrying refusals until `deadline` (at least one attempt), its grace fitted
-    /// to `grace_until` (see [`fitted_grace`]).
+    /// Evicts one pod, its grace fitted to `grace_until` (see [`fitted_grace`]): one attempt,
+    /// but for the API server's rate limit.
     ///
     /// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
     /// disruption budget, or API priority and fairness), 500 (the pod is selected by several
     /// budgets), 409 (a conflict), 503/504 and transport errors (an API server in trouble). It is
-    /// retried until `deadline`, then reported as left with the last answer; the next pass tries it
-    /// again.
+    /// reported as left with the answer, and the next pass tries it again. A 429 with
+    /// `Retry-After` is the API server's rate limit (priority and fairness), not the pod's
+    /// refusal (a budget's 429 says no time): the server said when, so the eviction is tried
+    /// again then, in this pass (at most [`RATE_LIMIT_RETRIES`] times, within the work's
+    /// deadline) — else the node waits for a later pass for nothing.
     async fn evict(
         &self,
         key: &str,
         own_grace: Option<i64>,
-        deadline: DateTime<Utc>,
         grace_until: Option<DateTime<Utc>>,
     ) -> Result<Eviction, KubeError> {
-        let (clients, settings) = (&self.clients, &self.settings);
+        let clients = &self.clients;
         // Neither a namespace nor a name holds a `/`.
         let (namespace, name) = key.split_once('/').unwrap_or_default();
-        let object = format!("pod/{namespace}/{name}");
-        // The client is asked for at each attempt: an EKS token that expires during the retries
-        // is made anew. A client that cannot be made ends the eviction (`Err(Err(..))`).
-        let attempt = || async {
-            let pods: Api<Pod> = Api::namespaced(clients.client().await.map_err(Err)?, namespace);
+        let mut told = 0;
+        loop {
+            // The client is asked for at each attempt: an EKS token that expires meanwhile is
+            // made anew. A client that cannot be made ends the eviction.
+            let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
             clients.throttle(Lane::Later).await;
             let grace = fitted_grace(own_grace, grace_until, clients.clock().now());
             let body = eviction_body(namespace, name, grace);
             let params = PostParams::default();
-            pods.create_subresource::<_, serde_json::Value>("eviction", name, &params, &body)
-                .await
-                .map_err(Ok)
-        };
-        // The waits after refusals; a `Retry-After` waited takes none of them.
-        let mut waits = backoff(settings.backoff_initial, settings.backoff_max).build();
-        let mut told = 0;
-        let evicted = attempt
-            .retry(ConstantBuilder::new().without_max_times())
-            .sleep(clients.sleeper())
-            .when(|e| e.as_ref().is_ok_and(|e| status_code(e) != Some(404)))
-            .adjust(|e, _| {
-                let Ok(e) = e else { return None };
-                let now = clients.clock().now();
-                // A 429 with `Retry-After` is the API server's rate limit (priority and
-                // fairness), not the pod's refusal (a budget's 429 says no time): the server
-                // said when, so the eviction is tried again then, even in a pass with no time
-                // for retries — else the node waits for a later pass for nothing.
-                if let Some(after) = retry_after(e)
-                    && told < RATE_LIMIT_RETRIES
-                    && clients.work.deadline.is_none_or(|u| now + span(after) < u)
+            let answer =
+                pods.create_subresource::<_, serde_json::Value>("eviction", name, &params, &body);
+            let e = match answer.await {
+                Ok(_) => return Ok(Eviction::Evicted),
+                Err(e) if status_code(&e) == Some(404) => return Ok(Eviction::Gone),
+                Err(e) => e,
+            };
+            let now = clients.clock().now();
+            match retry_after(&e) {
+                Some(after)
+                    if told < RATE_LIMIT_RETRIES
+                        && clients.work.deadline.is_none_or(|u| now + span(after) < u) =>
                 {
                     told += 1;
+                    tracing::debug!(pod = %key, reason = %error_text(&e), ?after, "eviction rate-limited; retrying");
                     clients.pause_all(after);
-                    return Some(after);
+                    clients.clock().sleep(after).await;
                 }
-                let left = (deadline - now).to_std().unwrap_or_default();
-                let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
-                (!left.is_zero()).then_some(wait)
-            })
-            .notify(|e, wait| {
-                let reason = e.as_ref().map_or_else(ToString::to_string, error_text);
-                tracing::debug!(pod = %object, %reason, ?wait, "eviction refused; retrying");
-            })
-            .await;
-        Ok(match evicted {
-            Ok(_) => Eviction::Evicted,
-            Err(Err(connect)) => return Err(connect.into()),
-            Err(Ok(e)) if status_code(&e) == Some(404) => Eviction::Gone,
-            Err(Ok(e)) => Eviction::Refused(refusal_text(&e)),
-        })
+                _ => return Ok(Eviction::Refused(refusal_text(&e))),
+            }
+        }
     }
 
     /// A first drain pass that came after the drain's deadline evicted what was left at once,

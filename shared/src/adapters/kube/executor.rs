@@ -20,16 +20,6 @@ use crate::ports::{Clock, LifecycleCompleter, PoolStore};
 pub struct ExecutorSettings {
     /// Read, decide and report, but write nothing.
     pub dry_run: bool,
-    /// First wait after a refused eviction (default 1 s); doubles up to `backoff_max`.
-    pub backoff_initial: Duration,
-    /// Longest wait between eviction attempts (default 10 s).
-    pub backoff_max: Duration,
-    /// How long one pass of a drain retries a refused eviction (default 0:
-    /// one attempt per pass; a refusal is tried again in the next pass, seconds later, without
-    /// holding the invocation meanwhile — half a second of retries held every invocation whose
-    /// batch had a pod behind a budget, about half the Lambda time of a mass interruption when
-    /// the API server is not the bottleneck).
-    pub pass_budget: Duration,
     /// `reportingInstance` of the Events (default `forewarn`; the settings give the Lambda
     /// function's name or the host name).
     pub reporting_instance: String,
@@ -45,9 +35,6 @@ impl Default for ExecutorSettings {
     fn default() -> Self {
         ExecutorSettings {
             dry_run: false,
-            backoff_initial: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(10),
-            pass_budget: Duration::ZERO,
             reporting_instance: "forewarn".to_string(),
             pod_event_budget: Duration::from_secs(1),
             pod_events_per_pass: 100,
@@ -120,10 +107,6 @@ impl KubeExecutor {
     pub fn dry_run(mut self, dry_run: bool) -> KubeExecutor {
         self.settings.dry_run = dry_run;
         self
-    }
-
-    pub fn settings(&self) -> &ExecutorSettings {
-        &self.settings
     }
 }
 
