@@ -192,8 +192,9 @@ impl ClusterClient {
         }
     }
 
-    /// The same clients with every request in `lane` at least: [`Lane::Later`] for a drain's
-    /// later passes, whose node reads and Events must not go before other nodes' cordons.
+    /// The same clients with every request in `lane`: [`Lane::Later`] for a drain's passes,
+    /// whose pod lists, evictions, placeholders, node reads and Events must not go before other
+    /// nodes' cordons.
     pub(crate) fn in_lane(&self, lane: Lane) -> ClusterClient {
         ClusterClient {
             lane,
@@ -201,12 +202,11 @@ impl ClusterClient {
         }
     }
 
-    /// Waits for the client's rate limit (if any) before a request of `lane` goes out (in the
-    /// client's lane when that is later). Every request to the API server calls it once per
-    /// attempt.
-    pub(crate) async fn throttle(&self, lane: Lane) {
+    /// Waits for the client's rate limit (if any) before a request goes out, in the client's
+    /// lane. Every request to the API server calls it once per attempt.
+    pub(crate) async fn throttle(&self) {
         if let Some(limiter) = &self.limiter {
-            limiter.wait(self.clock(), self.lane.max(lane)).await;
+            limiter.wait(self.clock(), self.lane).await;
         }
     }
 

@@ -26,7 +26,6 @@
 //!   never a wait: what is evicted or terminating is looked for again by the next pass, until
 //!   the node is empty or the deadline has passed (see `crate::app::pipeline`'s drivers).
 
-use super::api::rate_limit::Lane;
 use super::api::retry::with_retry;
 use super::error::{KubeError, error_text, retry_after, status_code};
 use super::events::{EventType, Said};
@@ -228,8 +227,7 @@ impl KubeExecutor {
         let pods: Api<Pod> = Api::all(clients.client().await?);
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let object = format!("pods on node/{node}");
-        let later = clients.in_lane(Lane::Later);
-        let listed = with_retry(&later, "list", &object, || pods.list(&params));
+        let listed = with_retry(clients, "list", &object, || pods.list(&params));
         let listed = listed.await?.items;
         let [normal, critical, terminating] = sort_pods(&listed, &mut report);
         let due_gone = terminating
@@ -378,7 +376,7 @@ impl KubeExecutor {
             // The client is asked for at each attempt: an EKS token that expires meanwhile is
             // made anew. A client that cannot be made ends the eviction.
             let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
-            clients.throttle(Lane::Later).await;
+            clients.throttle().await;
             let grace = fitted_grace(own_grace, grace_until, clients.clock().now());
             let body = eviction_body(namespace, name, grace);
             let params = PostParams::default();

@@ -339,8 +339,7 @@ async fn list(
     what: &str,
 ) -> Result<Vec<Pod>, KubeError> {
     let pods: Api<Pod> = Api::namespaced(clients.client().await?, NAMESPACE);
-    let later = clients.in_lane(Lane::Later);
-    let list = with_retry(&later, "list", what, || pods.list(&params)).await?;
+    let list = with_retry(clients, "list", what, || pods.list(&params)).await?;
     Ok(list.items.into_iter().filter(is_placeholder).collect())
 }
 
@@ -410,7 +409,7 @@ async fn create(
     }
     let ready = async {
         let client = clients.client().await?;
-        clients.throttle(Lane::Later).await;
+        clients.throttle().await;
         Ok::<_, crate::ports::PortError>(client)
     };
     let client = match crate::ports::until(clock, end, ready).await {
@@ -459,8 +458,7 @@ pub(crate) async fn delete(clients: &ClusterClient, ph: &Pod) -> Result<(), Kube
     let pods: Api<Pod> = Api::namespaced(clients.client().await?, NAMESPACE);
     let params = DeleteParams::default().grace_period(0);
     let object = format!("pod/{NAMESPACE}/{name}");
-    let later = clients.in_lane(Lane::Later);
-    let deleted = with_retry(&later, "delete", &object, || pods.delete(name, &params));
+    let deleted = with_retry(clients, "delete", &object, || pods.delete(name, &params));
     match deleted.await {
         Err(e) if !e.is_not_found() => Err(e.into()),
         _ => Ok(()),
@@ -511,6 +509,8 @@ pub(crate) async fn delete_expired(
     now: DateTime<Utc>,
     dry_run: bool,
 ) -> Result<Vec<String>, KubeError> {
+    // Behind any other request of the sweep, as a drain's are behind cordons.
+    let clients = &clients.in_lane(Lane::Later);
     let all = list(clients, ListParams::default(), "placeholders").await?;
     // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
     let expired: Vec<Pod> = (all.into_iter())
@@ -565,8 +565,7 @@ pub(crate) async fn budget_rounds(
         let api: Api<PodDisruptionBudget> = Api::namespaced(client, ns);
         let what = format!("poddisruptionbudgets in {ns}");
         let params = ListParams::default();
-        let later = clients.in_lane(Lane::Later);
-        let listed = match with_retry(&later, "list", &what, || api.list(&params)).await {
+        let listed = match with_retry(clients, "list", &what, || api.list(&params)).await {
             Ok(list) => list.items,
             Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
                 tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");

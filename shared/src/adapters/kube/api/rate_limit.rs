@@ -13,9 +13,9 @@ use crate::ports::Clock;
 /// The two lanes of the client-side rate limit. Under a limit, what a warning needs first —
 /// node reads, cordons and taints, deletes, Events — goes before the drains' evictions and pod
 /// lists: in a mass interruption every node is cordoned without queueing behind other nodes'
-/// evictions. Ordered, `First` before `Later`: a request asked in [`Lane::First`] by work that
-/// runs in [`Lane::Later`] (a drain's later passes) goes in the later of the two, their `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+/// evictions. A request goes in its client's lane ([`super::super::ClusterClient::in_lane`]):
+/// every request of a drain's passes in [`Lane::Later`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Lane {
     #[default]
     First,
@@ -312,13 +312,6 @@ mod tests {
         // ...and is given up when none would come before it.
         let until = clock.now() + span(ms(50));
         assert!(!limiter.idle_turn(&clock, until).await);
-    }
-
-    #[test]
-    fn work_in_the_later_lane_sends_every_request_there() {
-        assert_eq!(Lane::First.max(Lane::First), Lane::First);
-        assert_eq!(Lane::Later.max(Lane::First), Lane::Later);
-        assert_eq!(Lane::First.max(Lane::Later), Lane::Later);
     }
 
     #[test]

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use backon::Retryable;
 
-use super::rate_limit::Lane;
 use crate::adapters::backoff::backoff;
 use crate::adapters::kube::connect::ClusterClient;
 use crate::adapters::kube::error::{
@@ -55,7 +54,7 @@ where
     let attempt = || {
         let answer = call();
         async move {
-            clients.throttle(Lane::First).await;
+            clients.throttle().await;
             answer.await
         }
     };
@@ -239,12 +238,12 @@ mod tests {
         // The pause holds back every request of the limit: a clone of the client shares it.
         let other = clients.clone();
         clients.pause_all(Duration::from_secs(5));
-        other.throttle(Lane::First).await;
+        other.throttle().await;
         assert_eq!(clock.now(), t0() + chrono::Duration::seconds(8));
         // A client built with a limit of its own does not.
         let own = other.with_rate_limit(Some((1000.0, 10)));
         clients.pause_all(Duration::from_secs(5));
-        own.throttle(Lane::First).await;
+        own.throttle().await;
         assert_eq!(clock.now(), t0() + chrono::Duration::seconds(8));
     }
 }
