@@ -232,21 +232,12 @@ pub fn changes(before: &[Proof], after: &[Proof]) -> Vec<String> {
         .iter()
         .filter_map(|now| {
             let was = before.iter().find(|b| key(b) == key(now));
-            let (was_text, now_text) = (was.map(|b| summary(&b.verdict)), summary(&now.verdict));
-            (was_text.as_deref() != Some(now_text.as_str())).then(|| match was_text {
-                Some(was_text) => format!(
-                    "{} as {}: was {was_text}, now {now}",
-                    now.capability.as_str(),
-                    now.group,
-                    now = now.verdict
-                ),
-                None => format!(
-                    "{} as {}: {}",
-                    now.capability.as_str(),
-                    now.group,
-                    now.verdict
-                ),
-            })
+            let what = format!("{} as {}", now.capability.as_str(), now.group);
+            match was.map(|b| summary(&b.verdict)) {
+                Some(was) if was == summary(&now.verdict) => None,
+                Some(was) => Some(format!("{what}: was {was}, now {}", now.verdict)),
+                None => Some(format!("{what}: {}", now.verdict)),
+            }
         })
         .collect()
 }
