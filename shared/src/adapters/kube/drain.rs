@@ -276,21 +276,14 @@ impl KubeExecutor {
         } else {
             critical.len()
         };
-        if let Some(surge) = &surge {
-            // Pods that wait for room are not evicted in this pass.
-            due.retain(|p| {
-                let waits = p
-                    .metadata
-                    .uid
-                    .as_deref()
-                    .is_some_and(|uid| surge.waiting.contains(uid));
-                if waits {
-                    report.waiting.push(pod_key(p));
-                }
-                !waits
-            });
-            deferred += report.waiting.len();
-        }
+        // Pods that wait for room are not evicted in this pass.
+        let waits = |p: &&Pod| match (&surge, &p.metadata.uid) {
+            (Some(surge), Some(uid)) => surge.waiting.contains(uid),
+            _ => false,
+        };
+        let (waiting, due): (Vec<&Pod>, Vec<&Pod>) = due.into_iter().partition(waits);
+        report.waiting = waiting.iter().map(|p| pod_key(p)).collect();
+        deferred += report.waiting.len();
         self.evict_all(&due, grace_until, &mut report).await?;
         report.terminating = terminating;
         let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
@@ -314,32 +307,17 @@ impl KubeExecutor {
         grace_until: Option<DateTime<Utc>>,
         report: &mut DrainReport,
     ) -> Result<(), KubeError> {
-        // Owned: the evictions' futures must not borrow the pods.
-        let targets: Vec<_> = (pods.iter())
-            .map(|p| {
-                let grace = p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds);
-                (
-                    pod_key(p),
-                    p.metadata.uid.clone().unwrap_or_default(),
-                    grace,
-                )
-            })
+        // The futures made first (a stream mapping borrowed items would not be `Send` for every
+        // lifetime, as the executor's futures must be).
+        let evictions: Vec<_> = (pods.iter())
+            .map(|pod| async move { (*pod, self.evict(pod, grace_until).await) })
             .collect();
-        let results: Vec<_> = futures::stream::iter(targets)
-            .map(|(key, uid, grace)| async move {
-                let result = self.evict(&key, grace, grace_until).await;
-                (key, uid, result)
-            })
-            .buffer_unordered(EVICTIONS_AT_ONCE)
-            .collect()
-            .await;
-        for (key, uid, result) in results {
+        let work = futures::stream::iter(evictions).buffer_unordered(EVICTIONS_AT_ONCE);
+        for (pod, result) in work.collect::<Vec<_>>().await {
+            let key = pod_key(pod);
             match result? {
                 Eviction::Evicted => {
-                    if !uid.is_empty() {
+                    if let Some(uid) = pod.metadata.uid.clone().filter(|u| !u.is_empty()) {
                         report.uids.insert(key.clone(), uid);
                     }
                     report.evicted.push(key);
@@ -364,24 +342,23 @@ impl KubeExecutor {
     /// deadline) — else the node waits for a later pass for nothing.
     async fn evict(
         &self,
-        key: &str,
-        own_grace: Option<i64>,
+        pod: &Pod,
         grace_until: Option<DateTime<Utc>>,
     ) -> Result<Eviction, KubeError> {
         let clients = &self.clients;
-        // Neither a namespace nor a name holds a `/`.
-        let (namespace, name) = key.split_once('/').unwrap_or_default();
+        let (namespace, name) = super::budget::ns_name(&pod.metadata);
+        let own_grace = (pod.spec.as_ref()).and_then(|s| s.termination_grace_period_seconds);
         let mut told = 0;
         loop {
             // The client is asked for at each attempt: an EKS token that expires meanwhile is
             // made anew. A client that cannot be made ends the eviction.
-            let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+            let pods: Api<Pod> = Api::namespaced(clients.client().await?, &namespace);
             clients.throttle().await;
             let grace = fitted_grace(own_grace, grace_until, clients.clock().now());
-            let body = eviction_body(namespace, name, grace);
+            let body = eviction_body(&namespace, &name, grace);
             let params = PostParams::default();
             let answer =
-                pods.create_subresource::<_, serde_json::Value>("eviction", name, &params, &body);
+                pods.create_subresource::<_, serde_json::Value>("eviction", &name, &params, &body);
             let e = match answer.await {
                 Ok(_) => return Ok(Eviction::Evicted),
                 Err(e) if status_code(&e) == Some(404) => return Ok(Eviction::Gone),
@@ -394,7 +371,7 @@ impl KubeExecutor {
                         && clients.work.deadline.is_none_or(|u| now + span(after) < u) =>
                 {
                     told += 1;
-                    tracing::debug!(pod = %key, reason = %error_text(&e), ?after, "eviction rate-limited; retrying");
+                    tracing::debug!(pod = %pod_key(pod), reason = %error_text(&e), ?after, "eviction rate-limited; retrying");
                     clients.pause_all(after);
                     clients.clock().sleep(after).await;
                 }
