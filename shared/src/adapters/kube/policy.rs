@@ -53,13 +53,12 @@ impl PolicySource for KubePolicy {
             maps.get_opt(POLICY_CONFIGMAP)
         });
         let map = got.await.map_err(|e| self.failed(e))?;
-        Ok(
-            match map.map(|m| m.data.and_then(|mut d| d.remove(POLICY_KEY))) {
-                None => PolicyText::Absent,
-                Some(Some(text)) => PolicyText::Text(text),
-                Some(None) => PolicyText::NoKey,
-            },
-        )
+        let text = map.map(|m| m.data.and_then(|mut d| d.remove(POLICY_KEY)));
+        Ok(match text {
+            None => PolicyText::Absent,
+            Some(Some(text)) => PolicyText::Text(text),
+            Some(None) => PolicyText::NoKey,
+        })
     }
 
     async fn refused(&self, message: &str) {
