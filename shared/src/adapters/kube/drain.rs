@@ -253,22 +253,13 @@ impl KubeExecutor {
         } else {
             None
         };
-        if now >= deadline {
-            // The last pass: one attempt for every pod still to evict, then the drain ends with
-            // what is left (and so do its placeholders).
-            self.evict_all(&evictable, grace_until, &mut report).await?;
-            report.terminating = terminating;
-            if a.surge {
-                report.placeholders_deleted += surge::delete_of_node(clients, node).await;
-            }
-            return Ok(report);
-        }
         // Checked: both times come from a message (verified, but a time is never trusted to add).
         let last_quarter = (deadline - started_at)
             .checked_mul(3)
             .and_then(|d| started_at.checked_add_signed(d / 4));
-        let critical_due =
-            (normal.is_empty() && critical_terminating) || last_quarter.is_none_or(|t| now >= t);
+        // Past the deadline every pod still to evict gets its one attempt.
+        let critical_due = (normal.is_empty() && critical_terminating)
+            || last_quarter.is_none_or(|t| now >= t.min(deadline));
         let mut due: Vec<&Pod> = normal;
         let mut deferred = if critical_due {
             due.extend(critical);
@@ -287,14 +278,18 @@ impl KubeExecutor {
         self.evict_all(&due, grace_until, &mut report).await?;
         report.terminating = terminating;
         let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
-        report.pending = acted || !report.terminating.is_empty();
+        // Past the deadline (the last pass: every pod still to evict had one attempt, none
+        // waits), the drain ends with what is left.
+        report.pending = now < deadline && (acted || !report.terminating.is_empty());
         let done = (acted, deferred, due_gone);
         next_look(&mut report, surge.as_ref(), done, (now, deadline));
-        if !report.pending
-            && let Some(surge) = surge
-        {
-            // The drain is over: its placeholders go.
-            report.placeholders_deleted += surge::delete_all(clients, &surge.listed).await.0;
+        if !report.pending {
+            // The drain is over: its placeholders go (listed now when this pass did not).
+            report.placeholders_deleted += match surge {
+                Some(surge) => surge::delete_all(clients, &surge.listed).await.0,
+                None if a.surge => surge::delete_of_node(clients, node).await,
+                None => 0,
+            };
         }
         Ok(report)
     }
