@@ -381,7 +381,6 @@ impl Pipeline<'_> {
             return Handled::Done(report.ended(Outcome::Duplicate, "event id already applied"));
         }
         let executor = self.executor.filter(|_| self.mode.runs_actions());
-        let outcome = self.outcome(executor);
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
             let results = match executor.execute(&plan, Pass::Cordon, self.work).await {
                 Ok(results) => results,
@@ -407,18 +406,17 @@ impl Pipeline<'_> {
                 }
             }
         }
-        Handled::Done(self.record_event(&plan, report, outcome, now).await)
+        Handled::Done(self.record_event(&plan, report, now).await)
     }
 
     /// Records an event whose node work is done or carried on: its pools and its id (a
-    /// duplicate of an id or key already recorded is reported so).
-    async fn record_event(
-        &self,
-        plan: &Plan,
-        report: Report,
-        outcome: Outcome,
-        now: DateTime<Utc>,
-    ) -> Report {
+    /// duplicate of an id or key already recorded is reported so); acted when the run writes
+    /// the cluster through an executor, else planned.
+    async fn record_event(&self, plan: &Plan, report: Report, now: DateTime<Utc>) -> Report {
+        let outcome = match self.executor.is_some() && self.mode.writes_cluster() {
+            true => Outcome::Acted,
+            false => Outcome::Planned,
+        };
         match self.store.apply(plan, now).await {
             Ok(Applied::Applied) => Report { outcome, ..report },
             Ok(Applied::Duplicate) if plan.also_keys.is_empty() => {
@@ -449,19 +447,8 @@ impl Pipeline<'_> {
         let next = Continuation::first(now, event.time, plan.clone());
         let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
         match passes.await {
-            Ok(()) => {
-                let outcome = self.outcome(Some(executor));
-                self.record_event(&plan, report, outcome, now).await
-            }
+            Ok(()) => self.record_event(&plan, report, now).await,
             Err(e) => e.fail(report),
-        }
-    }
-
-    /// The outcome of an event done with `executor`: acted when it writes the cluster.
-    fn outcome(&self, executor: Option<&dyn Executor>) -> Outcome {
-        match executor.is_some() && self.mode.writes_cluster() {
-            true => Outcome::Acted,
-            false => Outcome::Planned,
         }
     }
 }
