@@ -407,14 +407,7 @@ impl Handler {
     ) {
         let changing = until(self.clock.as_ref(), by, redelivery.redeliver(messages));
         match changing.await {
-            Some(Ok(changed)) if changed >= messages.len() => {
-                tracing::debug!(changed, "messages' visibility set");
-            }
-            Some(Ok(changed)) => tracing::warn!(
-                messages = messages.len(),
-                changed,
-                "some messages' visibility could not be set: {then}"
-            ),
+            Some(Ok(())) => tracing::debug!(messages = messages.len(), "messages' visibility set"),
             Some(Err(e)) => tracing::warn!(error = %e, "messages' visibility not set: {then}"),
             None => tracing::warn!("setting messages' visibility timed out: {then}"),
         }
@@ -752,12 +745,9 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Redelivery for Recorder {
-        async fn redeliver(
-            &self,
-            messages: &[Redeliver],
-        ) -> Result<usize, crate::ports::PortError> {
+        async fn redeliver(&self, messages: &[Redeliver]) -> Result<(), crate::ports::PortError> {
             self.0.lock().unwrap().push(messages.to_vec());
-            Ok(messages.len())
+            Ok(())
         }
     }
 
