@@ -226,28 +226,24 @@ impl Pipeline<'_> {
         let mut nodes = self.nodes.nodes(&known, self.work).await?;
         drop_unverified_records(self.store, &mut nodes).await;
         let applied = self.store.applied(&Vec::from_iter(event_ids)).await?;
-        // `adaptive` decides from the pools' history: read once for the batch, when needed.
+        // `adaptive` decides from the pools' history: read once for the batch, when needed, and
+        // only for the pools of the batch's recommendations (one query each).
         let policy = &self.config.policy;
-        let followed = if policy.uses_adaptive()
-            && wanted
-                .iter()
-                .any(|e| e.kind == EventKind::RebalanceRecommendation)
-        {
-            let now = self.clock.now();
+        let adaptive = policy.uses_adaptive();
+        let pools: BTreeSet<PoolKey> = wanted
+            .iter()
+            .filter(|e| adaptive && e.kind == EventKind::RebalanceRecommendation)
+            .flat_map(|e| e.instance_ids.iter())
+            .filter_map(|id| found.get(id)?.pool())
+            .collect();
+        let mut followed = BTreeMap::new();
+        if !pools.is_empty() {
+            let (now, pools) = (self.clock.now(), Vec::from_iter(pools));
             let since = policy.adaptive.since(now);
-            // Only the pools of the batch's recommendations: one query each.
-            let pools: BTreeSet<PoolKey> = wanted
-                .iter()
-                .filter(|e| e.kind == EventKind::RebalanceRecommendation)
-                .flat_map(|e| e.instance_ids.iter())
-                .filter_map(|id| found.get(id)?.pool())
-                .collect();
-            let pools = Vec::from_iter(pools);
             let history = self.store.history_of(&pools, since, now).await?;
-            crate::domain::policy::adaptive::followed(&history, policy.adaptive.window, since, now)
-        } else {
-            BTreeMap::new()
-        };
+            let window = policy.adaptive.window;
+            followed = crate::domain::policy::adaptive::followed(&history, window, since, now);
+        }
         Ok((nodes, applied, followed))
     }
 
