@@ -615,8 +615,9 @@ pub struct Redeliver {
 /// the messages still come back, after the queue's visibility timeout: nothing is lost.
 #[async_trait]
 pub trait Redelivery: Send + Sync {
-    /// Sets the visibility of each message; answers how many were changed, or why none was.
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, PortError>;
+    /// Sets the visibility of each message; an error says which could not be set (the others
+    /// were) and why.
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<(), PortError>;
 }
 
 #[cfg(test)]

@@ -207,7 +207,7 @@ impl ContinuationQueue for Queue {
 
 #[async_trait]
 impl Redelivery for Queue {
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, PortError> {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<(), PortError> {
         let mut s = self.state.lock().unwrap();
         for m in messages {
             if let Ok(id) = m.message_id.trim_start_matches("m-").parse::<u64>() {
@@ -216,7 +216,7 @@ impl Redelivery for Queue {
                     .insert(id, Duration::from_secs(visibility_seconds(m.delay).into()));
             }
         }
-        Ok(messages.len())
+        Ok(())
     }
 }
 

@@ -64,12 +64,11 @@ impl ContinuationQueue for SqsRedelivery {
 
 #[async_trait]
 impl Redelivery for SqsRedelivery {
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, PortError> {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<(), PortError> {
         let mut by_queue: BTreeMap<&str, Vec<&Redeliver>> = BTreeMap::new();
         for m in messages {
             by_queue.entry(m.queue_arn.as_str()).or_default().push(m);
         }
-        let mut changed = 0;
         // Each failure, of its kind.
         let mut problems: Vec<(FailureKind, String)> = Vec::new();
         for (arn, messages) in &by_queue {
@@ -98,25 +97,19 @@ impl Redelivery for SqsRedelivery {
                     .send()
                     .await;
                 match sent {
-                    Ok(out) => {
-                        changed += out.successful().len();
-                        problems.extend(out.failed().iter().map(|f| {
-                            let (code, said) = (f.code(), f.message().unwrap_or_default());
-                            let problem = format!("{url}: entry {}: {code}: {said}", f.id());
-                            (kind_of_code(code).unwrap_or_default(), problem)
-                        }));
-                    }
+                    Ok(out) => problems.extend(out.failed().iter().map(|f| {
+                        let (code, said) = (f.code(), f.message().unwrap_or_default());
+                        let problem = format!("{url}: entry {}: {code}: {said}", f.id());
+                        (kind_of_code(code).unwrap_or_default(), problem)
+                    })),
                     Err(e) => {
                         problems.push((failure_kind(&e), format!("{url}: {}", aws_error_text(&e))))
                     }
                 }
             }
         }
-        if problems.is_empty() || changed > 0 {
-            for (_, p) in &problems {
-                tracing::warn!(problem = %p, "a failed message keeps the queue's visibility timeout");
-            }
-            return Ok(changed);
+        if problems.is_empty() {
+            return Ok(());
         }
         let queues = by_queue.into_keys().collect::<Vec<_>>().join(", ");
         // The kind of every failure when they are of one kind.

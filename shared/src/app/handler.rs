@@ -177,7 +177,7 @@ impl Handler {
         &self,
         records: &[Record],
         known: &BTreeMap<(Place, String), InstanceFacts>,
-        work: Work,
+        mut work: Work,
     ) -> (BTreeMap<Destination, Share>, Described, Work) {
         let events = crate::app::pipeline::looked_up_events(records);
         let lookup = describe_events(self.instances.as_ref(), &events, known);
@@ -208,10 +208,7 @@ impl Handler {
             .keys()
             .filter(|to| matches!(to, Destination::Cluster(_)))
             .count();
-        let work = Work {
-            fail_fast: clusters > 1 || served.len() > 1,
-            ..work
-        };
+        work.fail_fast = clusters > 1 || served.len() > 1;
         (shares, described, work)
     }
 
@@ -407,15 +404,8 @@ impl Handler {
     ) {
         let changing = until(self.clock.as_ref(), by, redelivery.redeliver(messages));
         match changing.await {
-            Some(Ok(changed)) if changed >= messages.len() => {
-                tracing::debug!(changed, "messages' visibility set");
-            }
-            Some(Ok(changed)) => tracing::warn!(
-                messages = messages.len(),
-                changed,
-                "some messages' visibility could not be set: {then}"
-            ),
-            Some(Err(e)) => tracing::warn!(error = %e, "messages' visibility not set: {then}"),
+            Some(Ok(())) => tracing::debug!(messages = messages.len(), "messages' visibility set"),
+            Some(Err(e)) => tracing::warn!(error = %e, "messages' visibility not all set: {then}"),
             None => tracing::warn!("setting messages' visibility timed out: {then}"),
         }
     }
@@ -752,12 +742,9 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Redelivery for Recorder {
-        async fn redeliver(
-            &self,
-            messages: &[Redeliver],
-        ) -> Result<usize, crate::ports::PortError> {
+        async fn redeliver(&self, messages: &[Redeliver]) -> Result<(), crate::ports::PortError> {
             self.0.lock().unwrap().push(messages.to_vec());
-            Ok(messages.len())
+            Ok(())
         }
     }
 

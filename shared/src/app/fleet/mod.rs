@@ -74,9 +74,7 @@ impl Cluster {
     /// unless it has none), with its policy ConfigMap's policy when it has one.
     pub async fn config(&self, base: &Config, clock: &dyn Clock) -> Config {
         let mut config = base.clone();
-        if let Some(id) = &self.id {
-            config.cluster = Some(id.clone());
-        }
+        config.cluster = self.id.clone().or(config.cluster);
         if let Some(cache) = &self.policies {
             config.policy = cache.policy(clock).await;
         }
@@ -236,14 +234,8 @@ impl Fleet {
         let own = &self.own;
         match &self.served {
             Served::One(cluster) => {
-                let named = base.cluster.as_ref().map(|id| id.or(own));
-                Ok(cluster
-                    .id
-                    .as_ref()
-                    .map(|id| id.or(own))
-                    .or(named)
-                    .into_iter()
-                    .collect())
+                let id = cluster.id.as_ref().or(base.cluster.as_ref());
+                Ok(id.map(|id| id.or(own)).into_iter().collect())
             }
             Served::Many {
                 catalog: None, ids, ..

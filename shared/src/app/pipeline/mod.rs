@@ -226,28 +226,24 @@ impl Pipeline<'_> {
         let mut nodes = self.nodes.nodes(&known, self.work).await?;
         drop_unverified_records(self.store, &mut nodes).await;
         let applied = self.store.applied(&Vec::from_iter(event_ids)).await?;
-        // `adaptive` decides from the pools' history: read once for the batch, when needed.
+        // `adaptive` decides from the pools' history: read once for the batch, when needed, and
+        // only for the pools of the batch's recommendations (one query each).
         let policy = &self.config.policy;
-        let followed = if policy.uses_adaptive()
-            && wanted
-                .iter()
-                .any(|e| e.kind == EventKind::RebalanceRecommendation)
-        {
-            let now = self.clock.now();
+        let adaptive = policy.uses_adaptive();
+        let pools: BTreeSet<PoolKey> = wanted
+            .iter()
+            .filter(|e| adaptive && e.kind == EventKind::RebalanceRecommendation)
+            .flat_map(|e| e.instance_ids.iter())
+            .filter_map(|id| found.get(id)?.pool())
+            .collect();
+        let mut followed = BTreeMap::new();
+        if !pools.is_empty() {
+            let (now, pools) = (self.clock.now(), Vec::from_iter(pools));
             let since = policy.adaptive.since(now);
-            // Only the pools of the batch's recommendations: one query each.
-            let pools: BTreeSet<PoolKey> = wanted
-                .iter()
-                .filter(|e| e.kind == EventKind::RebalanceRecommendation)
-                .flat_map(|e| e.instance_ids.iter())
-                .filter_map(|id| found.get(id)?.pool())
-                .collect();
-            let pools = Vec::from_iter(pools);
             let history = self.store.history_of(&pools, since, now).await?;
-            crate::domain::policy::adaptive::followed(&history, policy.adaptive.window, since, now)
-        } else {
-            BTreeMap::new()
-        };
+            let window = policy.adaptive.window;
+            followed = crate::domain::policy::adaptive::followed(&history, window, since, now);
+        }
         Ok((nodes, applied, followed))
     }
 
@@ -381,7 +377,6 @@ impl Pipeline<'_> {
             return Handled::Done(report.ended(Outcome::Duplicate, "event id already applied"));
         }
         let executor = self.executor.filter(|_| self.mode.runs_actions());
-        let outcome = self.outcome(executor);
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
             let results = match executor.execute(&plan, Pass::Cordon, self.work).await {
                 Ok(results) => results,
@@ -407,18 +402,17 @@ impl Pipeline<'_> {
                 }
             }
         }
-        Handled::Done(self.record_event(&plan, report, outcome, now).await)
+        Handled::Done(self.record_event(&plan, report, now).await)
     }
 
     /// Records an event whose node work is done or carried on: its pools and its id (a
-    /// duplicate of an id or key already recorded is reported so).
-    async fn record_event(
-        &self,
-        plan: &Plan,
-        report: Report,
-        outcome: Outcome,
-        now: DateTime<Utc>,
-    ) -> Report {
+    /// duplicate of an id or key already recorded is reported so); acted when the run writes
+    /// the cluster through an executor, else planned.
+    async fn record_event(&self, plan: &Plan, report: Report, now: DateTime<Utc>) -> Report {
+        let outcome = match self.executor.is_some() && self.mode.writes_cluster() {
+            true => Outcome::Acted,
+            false => Outcome::Planned,
+        };
         match self.store.apply(plan, now).await {
             Ok(Applied::Applied) => Report { outcome, ..report },
             Ok(Applied::Duplicate) if plan.also_keys.is_empty() => {
@@ -449,19 +443,8 @@ impl Pipeline<'_> {
         let next = Continuation::first(now, event.time, plan.clone());
         let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
         match passes.await {
-            Ok(()) => {
-                let outcome = self.outcome(Some(executor));
-                self.record_event(&plan, report, outcome, now).await
-            }
+            Ok(()) => self.record_event(&plan, report, now).await,
             Err(e) => e.fail(report),
-        }
-    }
-
-    /// The outcome of an event done with `executor`: acted when it writes the cluster.
-    fn outcome(&self, executor: Option<&dyn Executor>) -> Outcome {
-        match executor.is_some() && self.mode.writes_cluster() {
-            true => Outcome::Acted,
-            false => Outcome::Planned,
         }
     }
 }

@@ -67,7 +67,7 @@ impl Pipeline<'_> {
             tracing::warn!(origin = %record.origin, %why, "refusing a continuation");
             Report::new(record).ended(Outcome::Ignored, format!("refused: {why}"))
         };
-        let plan = continuation.plan.clone();
+        let mut plan = continuation.plan.clone();
         let refusal = self.refusal(record, event, continuation, now).await?;
         let Some(mut why) = refusal.map_err(refuse)? else {
             return Ok(plan);
@@ -86,7 +86,6 @@ impl Pipeline<'_> {
         // instance until the hook's timeout; a stale copy of a completed one is answered
         // "already completed").
         tracing::warn!(origin = %record.origin, %why, "ending a late continuation; completing its lifecycle action");
-        let mut plan = plan;
         for a in &mut plan.actions {
             a.action = crate::domain::config::Action::None;
             a.reason = format!("refused: {why}; its lifecycle action is completed");
@@ -173,19 +172,14 @@ impl Pipeline<'_> {
         // A run that does not write the cluster (a plan, a dry run) ends the chain; one that
         // would but holds no client of the cluster (its served clusters could not be listed)
         // fails the pass, which comes back: a drain is never acknowledged undone.
-        let executor = match (self.mode.writes_cluster(), self.executor) {
-            (false, _) => {
-                let why = "a drain's continuation, and this run does not act on a cluster";
-                return report.ended(Outcome::Ignored, why);
-            }
-            (true, None) => {
-                return report.failed(
-                    "a drain's continuation, and no client of its cluster is at hand (the \
-                     served clusters could not be listed): it comes back"
-                        .into(),
-                );
-            }
-            (true, Some(executor)) => executor,
+        if !self.mode.writes_cluster() {
+            let why = "a drain's continuation, and this run does not act on a cluster";
+            return report.ended(Outcome::Ignored, why);
+        }
+        let Some(executor) = self.executor else {
+            let why = "a drain's continuation, and no client of its cluster is at hand (the \
+                       served clusters could not be listed): it comes back";
+            return report.failed(why.into());
         };
         let out = &mut report;
         let done = async move {
@@ -244,16 +238,13 @@ impl Pipeline<'_> {
         quiet: bool,
         report: &mut Report,
     ) -> Result<PassEnd, PortError> {
-        let heartbeat = heartbeat_due(continuation, self.clock.now());
-        let role = if quiet {
-            DrainRole::Quiet
-        } else {
-            DrainRole::of_pass(continuation.pass)
-        };
         let pass = Pass::Drain {
             started_at: continuation.started_at,
-            role,
-            heartbeat,
+            role: match quiet {
+                true => DrainRole::Quiet,
+                false => DrainRole::of_pass(continuation.pass),
+            },
+            heartbeat: heartbeat_due(continuation, self.clock.now()),
         };
         let results = executor.execute(plan, pass, self.work).await?;
         if let Some(why) = refusals(&results) {
