@@ -332,13 +332,13 @@ pub(crate) fn lock<T>(cache: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// One client of a service per place: the own account's, given, for every place that is its;
-/// the others' built once from [`Accounts::config_for`] and kept.
+/// the others' built when asked from [`Accounts::config_for`], which keeps each place's
+/// configuration (and with it its credentials and connections): a client is only a handle on it.
 #[derive(Debug, Clone)]
 pub struct PerPlace<C> {
     own: C,
     accounts: Option<Accounts>,
     build: fn(&SdkConfig) -> C,
-    clients: Arc<Mutex<HashMap<Target, C>>>,
 }
 
 impl<C: Clone> PerPlace<C> {
@@ -348,7 +348,6 @@ impl<C: Clone> PerPlace<C> {
             own,
             accounts: None,
             build,
-            clients: Arc::default(),
         }
     }
 
@@ -384,15 +383,10 @@ impl<C: Clone> PerPlace<C> {
         let Some(accounts) = &self.accounts else {
             return Ok(self.own.clone());
         };
-        let target = accounts.target(place)?;
-        if target == (Target::Own { region: None }) {
+        if accounts.target(place)? == (Target::Own { region: None }) {
             return Ok(self.own.clone());
         }
-        if let Some(client) = lock(&self.clients).get(&target) {
-            return Ok(client.clone());
-        }
-        let client = (self.build)(&accounts.config_for(place).await?);
-        Ok(lock(&self.clients).entry(target).or_insert(client).clone())
+        Ok((self.build)(&accounts.config_for(place).await?))
     }
 }
 
