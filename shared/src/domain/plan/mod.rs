@@ -418,7 +418,7 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
                 "{}: the lifecycle hooks setting is off, the hook is left to its timeout",
                 summary(event)
             ),
-            Err(why) => why.to_string(),
+            Err(why) => why,
         };
         return out;
     }
@@ -481,44 +481,32 @@ fn tagged_for_us(instance: Option<&InstanceFacts>, config: &Config) -> bool {
         .is_some_and(|(ours, instance)| instance.clusters().contains(&ours.name.as_str()))
 }
 
-/// Why a lifecycle action is left alone (see [`lifecycle`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LifecycleLeftAlone {
-    /// The settings name hooks, and not this one.
-    #[error(
-        "lifecycle hook {asg}/{hook} left to its owner: not one of the lifecycle hooks forewarn answers"
-    )]
-    NotOurHook { asg: String, hook: String },
-    /// The instance is not known to be this cluster's.
-    #[error(
-        "lifecycle action {asg}/{hook} left alone: the instance is not tagged for this cluster"
-    )]
-    NotOurInstance { asg: String, hook: String },
-}
-
 /// The lifecycle action to complete once the node is handled: only a hook of an instance of
-/// this cluster (`member`: tagged for it, or running one of its nodes), and, when
-/// The settings name hooks, one of those. Completing another group's hook would
-/// cut short whatever else waits on it. `Err`: why it is left alone.
+/// this cluster (`member`: tagged for it, or running one of its nodes), and, when the settings
+/// name hooks, one of those. Completing another group's hook would cut short whatever else waits
+/// on it. `Err`: why it is left alone.
 fn lifecycle(
     event: &Event,
     config: &Config,
     member: bool,
-) -> Result<Option<LifecycleAction>, LifecycleLeftAlone> {
+) -> Result<Option<LifecycleAction>, String> {
     let (Detail::AsgTermination(l) | Detail::AsgLaunch(l)) = &event.detail else {
         return Ok(None);
     };
     if !config.complete_lifecycle_action {
         return Ok(None);
     }
-    let (asg, hook) = (l.asg_name.clone(), l.hook_name.clone());
-    if let Some(hooks) = &config.lifecycle_hooks
-        && !hooks.contains(&hook)
-    {
-        return Err(LifecycleLeftAlone::NotOurHook { asg, hook });
+    let (asg, hook) = (&l.asg_name, &l.hook_name);
+    if (config.lifecycle_hooks.as_ref()).is_some_and(|hooks| !hooks.contains(hook)) {
+        return Err(format!(
+            "lifecycle hook {asg}/{hook} left to its owner: not one of the lifecycle hooks \
+             forewarn answers"
+        ));
     }
     if !member {
-        return Err(LifecycleLeftAlone::NotOurInstance { asg, hook });
+        return Err(format!(
+            "lifecycle action {asg}/{hook} left alone: the instance is not tagged for this cluster"
+        ));
     }
     Ok(Some(l.clone()))
 }
