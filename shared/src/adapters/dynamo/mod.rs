@@ -180,12 +180,11 @@ impl PoolStore for DynamoStore {
         let what = format!("applying event {id}");
         let keys = plan.ledger_keys();
         let pools = history(plan, &self.retention);
-        if pools.len() + keys.len() + plan.pools.len() > 100 {
+        if 2 * pools.len() + keys.len() > 100 {
             let why = format!(
-                "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds at \
-                 most 100 items: the ledger entries, the pools and their history entries",
+                "it marks {} pools with {} ledger keys, but one transaction holds at most 100 \
+                 items: the ledger entries, the pools and their history entries",
                 pools.len(),
-                plan.pools.len(),
                 keys.len()
             );
             return Err(self.fail(FailureKind::Invalid, what, why));
