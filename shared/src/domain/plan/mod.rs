@@ -445,22 +445,18 @@ fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> 
         let place = crate::domain::clusters::Place::of_event(event);
         return Some(crate::domain::clusters::refusal(instance, &place));
     }
-    if let Some(why) = other_cluster(instance, config) {
-        return Some(why);
-    }
-    // Stale: an event dated before the instance's current launch is about an earlier run of it
-    // (a late `stopped` state change or stop warning for an instance started again since).
-    if let Some(launched) = instance.and_then(|i| i.launch_time)
-        && event.time < launched
-    {
-        return Some(format!(
+    // Else another cluster's instance, else a stale event: one dated before the instance's
+    // current launch is about an earlier run of it (a late `stopped` state change or stop
+    // warning for an instance started again since).
+    let launched = (instance.and_then(|i| i.launch_time)).filter(|l| event.time < *l);
+    other_cluster(instance, config).or(launched.map(|launched| {
+        format!(
             "stale: the event ({}) is older than the instance's current launch ({}): it is \
              about an earlier run of the instance",
             event.time.to_rfc3339(),
             launched.to_rfc3339()
-        ));
-    }
-    None
+        )
+    }))
 }
 
 /// Why the instance is another cluster's, when it is tagged for others and not for this one.
