@@ -120,11 +120,8 @@ pub(super) fn act(
             }
         }
     };
-    let acts = matches!(
-        action,
-        Action::Cordon | Action::CordonDrain | Action::Delete
-    );
-    if acts && !already {
+    // `none` and `uncordon` leave the node as it is.
+    if action != Action::Uncordon && !already {
         out.action = action;
     }
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {
