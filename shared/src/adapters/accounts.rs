@@ -109,11 +109,11 @@ fn shown(value: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccountError {
     /// The event's account is not an account id.
-    #[error("the event's account {shown} is not an AWS account id (12 digits)", shown = shown(.account))]
-    InvalidAccount { account: String },
+    #[error("the event's account {} is not an AWS account id (12 digits)", shown(.0))]
+    InvalidAccount(String),
     /// The event's region is not a region's name.
-    #[error("the event's region {shown} is not an AWS region", shown = shown(.region))]
-    InvalidRegion { region: String },
+    #[error("the event's region {} is not an AWS region", shown(.0))]
+    InvalidRegion(String),
     /// An event of another account, and no role to assume there.
     #[error(
         "the event is of account {account}, not of this deployment's account {own}: set its \
@@ -141,8 +141,8 @@ pub enum AccountError {
         ours: &'static str,
     },
     /// An event of a member account that names no region, and no own region to go by.
-    #[error("the event of account {account} names no region, and this deployment has none")]
-    NoRegion { account: String },
+    #[error("the event of account {0} names no region, and this deployment has none")]
+    NoRegion(String),
 }
 
 impl AccountError {
@@ -235,9 +235,7 @@ impl Accounts {
         let own_region = self.base.region().map(|r| r.as_ref().to_string());
         let region = match &place.region {
             Some(region) if !is_region(region) => {
-                return Err(AccountError::InvalidRegion {
-                    region: region.clone(),
-                });
+                return Err(AccountError::InvalidRegion(region.clone()));
             }
             Some(region) if Some(region) != own_region.as_ref() => Some(region.clone()),
             _ => None,
@@ -255,9 +253,7 @@ impl Accounts {
         let account = match &place.account {
             None => return Ok(Target::Own { region }),
             Some(account) if !is_account_id(account) => {
-                return Err(AccountError::InvalidAccount {
-                    account: account.clone(),
-                });
+                return Err(AccountError::InvalidAccount(account.clone()));
             }
             Some(account) => account,
         };
@@ -281,9 +277,7 @@ impl Accounts {
                     account: account.clone(),
                     region,
                 }),
-                None => Err(AccountError::NoRegion {
-                    account: account.clone(),
-                }),
+                None => Err(AccountError::NoRegion(account.clone())),
             },
         }
     }
@@ -332,13 +326,13 @@ pub(crate) fn lock<T>(cache: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// One client of a service per place: the own account's, given, for every place that is its;
-/// the others' built once from [`Accounts::config_for`] and kept.
+/// the others' built when asked from [`Accounts::config_for`], which keeps each place's
+/// configuration (and with it its credentials and connections): a client is only a handle on it.
 #[derive(Debug, Clone)]
 pub struct PerPlace<C> {
     own: C,
     accounts: Option<Accounts>,
     build: fn(&SdkConfig) -> C,
-    clients: Arc<Mutex<HashMap<Target, C>>>,
 }
 
 impl<C: Clone> PerPlace<C> {
@@ -348,7 +342,6 @@ impl<C: Clone> PerPlace<C> {
             own,
             accounts: None,
             build,
-            clients: Arc::default(),
         }
     }
 
@@ -384,15 +377,10 @@ impl<C: Clone> PerPlace<C> {
         let Some(accounts) = &self.accounts else {
             return Ok(self.own.clone());
         };
-        let target = accounts.target(place)?;
-        if target == (Target::Own { region: None }) {
+        if accounts.target(place)? == (Target::Own { region: None }) {
             return Ok(self.own.clone());
         }
-        if let Some(client) = lock(&self.clients).get(&target) {
-            return Ok(client.clone());
-        }
-        let client = (self.build)(&accounts.config_for(place).await?);
-        Ok(lock(&self.clients).entry(target).or_insert(client).clone())
+        Ok((self.build)(&accounts.config_for(place).await?))
     }
 }
 
@@ -540,12 +528,7 @@ mod tests {
             "",
         ] {
             let err = org.target(&place(Some(forged), None)).unwrap_err();
-            assert_eq!(
-                err,
-                AccountError::InvalidAccount {
-                    account: forged.into()
-                }
-            );
+            assert_eq!(err, AccountError::InvalidAccount(forged.into()));
             assert!(err.to_string().contains("12 digits"), "{err}");
             assert_eq!(err.kind(), FailureKind::Invalid);
         }

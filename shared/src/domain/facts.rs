@@ -240,31 +240,19 @@ pub fn resolve_node<'a>(
     instance: Option<&InstanceFacts>,
     nodes: &'a [NodeFacts],
 ) -> Option<&'a NodeFacts> {
-    if let Some(node) = nodes.iter().find(|n| n.instance_id() == Some(instance_id)) {
-        return Some(node);
-    }
+    let dns = (instance.and_then(|i| i.private_dns.as_deref())).filter(|d| !d.is_empty());
     // Fallbacks only for nodes that have no providerID at all.
-    let candidates = || {
-        nodes
-            .iter()
-            .filter(|n| n.provider_id.as_deref().is_none_or(str::is_empty))
+    let unproven = || (nodes.iter()).filter(|n| n.provider_id.as_deref().is_none_or(str::is_empty));
+    let by_dns = |dns: &str, n: &NodeFacts| {
+        n.name.eq_ignore_ascii_case(dns) || n.dns_names.iter().any(|d| d.eq_ignore_ascii_case(dns))
     };
-    if let Some(dns) = instance
-        .and_then(|i| i.private_dns.as_deref())
-        .filter(|d| !d.is_empty())
-        && let Some(node) = candidates().find(|n| {
-            n.name.eq_ignore_ascii_case(dns)
-                || n.dns_names.iter().any(|d| d.eq_ignore_ascii_case(dns))
-        })
-    {
-        return Some(node);
-    }
-    candidates().find(|n| {
-        n.name == instance_id
-            || n.name
-                .strip_prefix(instance_id)
-                .is_some_and(|rest| rest.starts_with('.'))
-    })
+    // `i-0123...` or `i-0123....<domain>`.
+    let by_id = |n: &&NodeFacts| {
+        (n.name.strip_prefix(instance_id)).is_some_and(|r| r.is_empty() || r.starts_with('.'))
+    };
+    (nodes.iter().find(|n| n.instance_id() == Some(instance_id)))
+        .or_else(|| dns.and_then(|dns| unproven().find(|n| by_dns(dns, n))))
+        .or_else(|| unproven().find(by_id))
 }
 
 #[cfg(test)]

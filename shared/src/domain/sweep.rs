@@ -68,43 +68,30 @@ pub fn block_finding(
     now: DateTime<Utc>,
     place: &Place,
 ) -> Event {
+    let cluster = ClusterId::at(place, cluster);
     let detail = Detail::CapacityBlock {
         reservation_id: block.reservation_id.clone(),
         end_date: block.end_date,
         block: Some(block.clone()),
         part: false,
     };
-    let id = block_key(
-        &block.reservation_id,
-        block.end_date,
-        Some(&ClusterId::at(place, cluster)),
-    );
-    found(
-        EventKind::CapacityBlockExpiration,
-        id,
+    Event {
+        id: block_key(&block.reservation_id, block.end_date, Some(&cluster)),
         instance_ids,
-        detail,
-        now,
-        place,
-    )
+        ..found(EventKind::CapacityBlockExpiration, detail, now, place)
+    }
 }
 
-/// A finding of the sweeper: the event of `kind` that AWS would have sent, under `id`.
-fn found(
-    kind: EventKind,
-    id: String,
-    instance_ids: Vec<String>,
-    detail: Detail,
-    now: DateTime<Utc>,
-    place: &Place,
-) -> Event {
+/// A finding of the sweeper: the event of `kind` that AWS would have sent, at `now`, in
+/// `place`; its id and instances are the caller's to set.
+fn found(kind: EventKind, detail: Detail, now: DateTime<Utc>, place: &Place) -> Event {
     Event {
-        id,
+        id: String::new(),
         kind,
         time: now,
         region: place.region.clone(),
         account: place.account.clone(),
-        instance_ids,
+        instance_ids: Vec::new(),
         detail,
     }
 }
@@ -159,8 +146,11 @@ pub(crate) fn synthetic(
     now: DateTime<Utc>,
     place: &Place,
 ) -> Event {
-    let id = sweep_key(kind, instance_id, launch_time);
-    found(kind, id, vec![instance_id.to_string()], detail, now, place)
+    Event {
+        id: sweep_key(kind, instance_id, launch_time),
+        instance_ids: vec![instance_id.to_string()],
+        ..found(kind, detail, now, place)
+    }
 }
 
 /// Turns what EC2 and the cluster say into synthetic events (pure).

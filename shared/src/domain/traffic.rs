@@ -315,23 +315,15 @@ impl Rounds {
     /// What a claim at `now` answers, and the state after it: a round due and wanted is the
     /// caller's until `now + lease` (or its settling).
     pub fn claim(&mut self, now: DateTime<Utc>, lease: std::time::Duration) -> Claim {
-        if let Some((since, until)) = self.quiet
-            && now < until
-        {
-            return Claim::Quiet { since, until };
-        }
-        if let Some(until) = self.making_until
-            && now < until
-        {
-            return Claim::Making(until);
-        }
-        if let Some(next) = self.next_at
-            && now < next
-        {
-            return Claim::NotYet(next);
-        }
-        if self.pending.is_empty() {
-            return Claim::Nothing;
+        // The first reason to take no round, in this order.
+        let ahead = |t: &DateTime<Utc>| now < *t;
+        let wait = (self.quiet.filter(|(_, until)| ahead(until)))
+            .map(|(since, until)| Claim::Quiet { since, until })
+            .or_else(|| self.making_until.filter(ahead).map(Claim::Making))
+            .or_else(|| self.next_at.filter(ahead).map(Claim::NotYet))
+            .or_else(|| self.pending.is_empty().then_some(Claim::Nothing));
+        if let Some(wait) = wait {
+            return wait;
         }
         let lease = chrono::Duration::from_std(lease).unwrap_or_default();
         self.making_until = Some(now.checked_add_signed(lease).unwrap_or(now));

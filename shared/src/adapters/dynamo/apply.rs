@@ -16,9 +16,8 @@ use super::expr::*;
 use super::{DynamoStore, MAX_KNOWN_POOLS};
 use crate::adapters::accounts::lock;
 use crate::adapters::aws::kind_of_code;
-use crate::domain::fold::history;
 use crate::domain::plan::Plan;
-use crate::domain::pool::counter_name;
+use crate::domain::pool::{HistoryEntry, counter_name};
 use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
@@ -30,13 +29,13 @@ impl DynamoStore {
         plan: &Plan,
         at: DateTime<Utc>,
         keys: &[&str],
-        pools: &[PoolWrite],
+        pools: &[HistoryEntry],
     ) -> Result<(Vec<TransactWriteItem>, String), PortError> {
         let bets: Vec<Bets> = {
             let known = lock(&self.known);
             pools
                 .iter()
-                .map(|w| Known::bets(known.get(&w.pk), w))
+                .map(|w| Known::bets(known.get(&pool_pk(&w.pool)), w))
                 .collect()
         };
         let token = request_token(&(&self.table, plan, at, self.retention, &bets));
@@ -45,9 +44,9 @@ impl DynamoStore {
         for (write, bets) in pools.iter().zip(bets) {
             items.push(self.pool_update(plan, write, bets)?);
         }
-        for entry in history(plan, &self.retention) {
+        for entry in pools {
             // No index holds it: it has none of their sort keys.
-            items.push(self.put("a history item", history_item(&entry), |put| put)?);
+            items.push(self.put("a history item", history_item(entry), |put| put)?);
         }
         Ok((items, token))
     }
@@ -57,10 +56,10 @@ impl DynamoStore {
     fn pool_update(
         &self,
         plan: &Plan,
-        w: &PoolWrite,
+        w: &HistoryEntry,
         bets: Bets,
     ) -> Result<TransactWriteItem, PortError> {
-        let (mut e, pool) = (Expr::default(), &w.mark.pool);
+        let (mut e, pool, (time, until, expires)) = (Expr::default(), &w.pool, secs(w));
         let name = pool.to_string();
         let texts = [
             ("pool", name.as_str()),
@@ -75,9 +74,9 @@ impl DynamoStore {
             true => format!("{name} = {value}"),
             false => format!("{name} = if_not_exists({name}, {value})"),
         };
-        let t = e.value("t", n(w.time));
-        let until = w.until.map(|u| e.value("until", n(u)));
-        let exp = e.value("exp", n(w.expires));
+        let t = e.value("t", n(time));
+        let until = until.map(|u| e.value("until", n(u)));
+        let exp = e.value("exp", n(expires));
         // Each number, its value, its bet, and the comparison that holds when the bet is won
         // and when it is lost.
         let numbers = [
@@ -99,7 +98,7 @@ impl DynamoStore {
         for (attr, placeholder, value) in [
             ("last_event_id", "eid", plan.event_id.as_str()),
             ("last_reason", "reason", &plan.summary),
-            ("last_instance_id", "iid", &w.mark.instance_id),
+            ("last_instance_id", "iid", &w.instance_id),
         ] {
             let (name, value) = (e.name(attr), e.value(placeholder, s(value)));
             set.push(assign(&name, &value, bets.last));
@@ -109,7 +108,7 @@ impl DynamoStore {
         let what = format!("building the update of pool {pool}");
         let up = Update::builder()
             .table_name(&self.table)
-            .set_key(Some(item_key(&w.pk, POOL_SK)))
+            .set_key(Some(item_key(&pool_pk(pool), POOL_SK)))
             .update_expression(format!("SET {} ADD {counter} {count}", set.join(", ")))
             .condition_expression(conditions.join(" AND "))
             .set_expression_attribute_names(Some(e.names))
@@ -134,14 +133,15 @@ impl DynamoStore {
     }
 
     /// Remembers what an applied transaction wrote, to place the next bets.
-    pub(super) fn remember(&self, pools: &[PoolWrite]) {
+    pub(super) fn remember(&self, pools: &[HistoryEntry]) {
         let mut known = lock(&self.known);
         if known.len() + pools.len() > MAX_KNOWN_POOLS {
             known.clear();
         }
         for w in pools {
-            let k = known.get(&w.pk).copied().unwrap_or_default().after(w);
-            known.insert(w.pk.clone(), k);
+            let pk = pool_pk(&w.pool);
+            let k = known.get(&pk).copied().unwrap_or_default().after(w);
+            known.insert(pk, k);
         }
     }
 
@@ -153,7 +153,7 @@ impl DynamoStore {
     pub(super) async fn cancelled(
         &self,
         keys: &[&str],
-        pools: &[PoolWrite],
+        pools: &[HistoryEntry],
         reasons: &[CancellationReason],
         what: &str,
     ) -> Result<Option<(bool, usize)>, PortError> {
@@ -162,7 +162,7 @@ impl DynamoStore {
             .map(|k| (format!("the ledger put of {k}"), None));
         let pool = pools
             .iter()
-            .map(|w| (format!("the update of pool {}", w.mark.pool), Some(w)));
+            .map(|w| (format!("the update of pool {}", w.pool), Some(w)));
         let written = ledger.chain(pool);
         let (mut conflict, mut lost) = (false, 0);
         for (reason, (name, pool)) in reasons.iter().zip(written) {
@@ -170,18 +170,16 @@ impl DynamoStore {
                 ("None", _) => {}
                 ("ConditionalCheckFailed", None) => return Ok(None),
                 ("ConditionalCheckFailed", Some(w)) => {
+                    let (pk, pool) = (pool_pk(&w.pool), &w.pool);
                     lost += 1;
                     // The pool as it is; a service that does not return it: read.
                     let item = match reason.item() {
                         Some(item) => Some(item.clone()),
-                        None => {
-                            self.get(&w.pk, POOL_SK, format!("reading item {}", w.pk))
-                                .await?
-                        }
+                        None => self.get(&pk, POOL_SK, format!("reading item {pk}")).await?,
                     };
-                    let seen = item.map_or(Ok(Known::default()), |item| from_item(&w.pk, &item));
-                    lock(&self.known).insert(w.pk.clone(), seen?);
-                    tracing::debug!(table = %self.table, pool = %w.mark.pool, "{what}: pool changed under the bet, sending the event again");
+                    let seen = item.map_or(Ok(Known::default()), |item| from_item(&pk, &item));
+                    lock(&self.known).insert(pk.clone(), seen?);
+                    tracing::debug!(table = %self.table, pool = %pool, "{what}: pool changed under the bet, sending the event again");
                 }
                 // Worth another transaction after a pause.
                 (
@@ -220,13 +218,14 @@ fn request_token(parts: &impl std::fmt::Debug) -> String {
 mod tests {
     use super::*;
     use crate::adapters::dynamo::testing::{at, store, update};
+    use crate::domain::fold::history;
     use crate::ports::PoolStore;
 
     #[test]
     fn the_update_of_a_pool_counts_atomically_and_bets_in_its_condition() {
         let store = store();
         let u = update(1);
-        let write = &PoolWrite::of(&u, &store.retention)[0];
+        let write = &history(&u, &store.retention)[0];
         let win = Known::bets(None, write);
         let item = store.pool_update(&u, write, win).unwrap();
         let up = item.update().unwrap();
@@ -298,7 +297,7 @@ mod tests {
         let store = store();
         let u = update(3);
         let keys = u.ledger_keys();
-        let pools = PoolWrite::of(&u, &store.retention);
+        let pools = history(&u, &store.retention);
         let token = |store: &DynamoStore, u: &Plan, recorded_at| {
             let (items, token) = store.transaction(u, recorded_at, &keys, &pools).unwrap();
             assert_eq!(items.len(), 1 + 3 + 3);
@@ -326,7 +325,7 @@ mod tests {
             first_seen: Some(0),
             expires_at: Some(i64::MAX),
         };
-        lock(&store.known).insert(pools[0].pk.clone(), known);
+        lock(&store.known).insert(pool_pk(&pools[0].pool), known);
         assert_ne!(token(&store, &u, at(1)), first);
         // The same event recorded at another time (a redelivery): another token.
         let fresh = DynamoStore::new(store.client.clone(), "t");

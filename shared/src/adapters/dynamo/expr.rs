@@ -5,9 +5,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::codec::{ceil_secs, pool_pk};
-use crate::domain::plan::Plan;
-use crate::domain::pool::{PoolMark, Retention};
+use super::codec::ceil_secs;
+use crate::domain::pool::HistoryEntry;
 
 /// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
 /// ones).
@@ -36,31 +35,12 @@ impl Expr {
     }
 }
 
-/// One pool of one event's update: what the event does to it, its item's key, and its values in
-/// the table's units.
-pub(super) struct PoolWrite {
-    pub(super) mark: PoolMark,
-    pub(super) pk: String,
-    /// `event_time`, rounded down.
-    pub(super) time: i64,
-    /// The window, rounded up.
-    pub(super) until: Option<i64>,
-    /// `retention.pool_expiry(event_time, window)`, rounded up.
-    pub(super) expires: i64,
-}
-
-impl PoolWrite {
-    /// The writes of `plan`, one per pool it marks.
-    pub(super) fn of(plan: &Plan, retention: &Retention) -> Vec<PoolWrite> {
-        let write = |mark: &PoolMark| PoolWrite {
-            pk: pool_pk(&mark.pool),
-            time: plan.time.timestamp(),
-            until: mark.unavailable_until.map(ceil_secs),
-            expires: ceil_secs(retention.pool_expiry(plan.time, mark.unavailable_until)),
-            mark: mark.clone(),
-        };
-        plan.pools.iter().map(write).collect()
-    }
+/// One pool's write in the table's units: the event time of its history entry `w` rounded
+/// down; its window and its expiry
+/// ([`crate::domain::pool::Retention::pool_expiry`]) rounded up.
+pub(super) fn secs(w: &HistoryEntry) -> (i64, Option<i64>, i64) {
+    let until = w.unavailable_until.map(ceil_secs);
+    (w.at.timestamp(), until, ceil_secs(w.expires_at))
 }
 
 /// For each field of a pool, whether this event's value replaces the stored one.
@@ -88,26 +68,24 @@ pub(super) struct Known {
 impl Known {
     /// The bets for `write`: "wins" unless what is known says otherwise (a bet known lost is
     /// certainly lost; a bet placed to win may lose, and the condition tells).
-    pub(super) fn bets(known: Option<&Known>, write: &PoolWrite) -> Bets {
-        let k = known.copied().unwrap_or_default();
+    pub(super) fn bets(known: Option<&Known>, write: &HistoryEntry) -> Bets {
+        let (k, (time, until, expires)) = (known.copied().unwrap_or_default(), secs(write));
         Bets {
-            until: write.until.is_some_and(|u| k.until.is_none_or(|v| v <= u)),
-            last: k.last_seen.is_none_or(|v| v <= write.time),
-            first: k.first_seen.is_some_and(|v| v > write.time),
-            expires: k.expires_at.is_none_or(|v| v <= write.expires),
+            until: until.is_some_and(|u| k.until.is_none_or(|v| v <= u)),
+            last: k.last_seen.is_none_or(|v| v <= time),
+            first: k.first_seen.is_some_and(|v| v > time),
+            expires: k.expires_at.is_none_or(|v| v <= expires),
         }
     }
 
     /// What is known after `write` was applied on top of `self`.
-    pub(super) fn after(self, write: &PoolWrite) -> Known {
+    pub(super) fn after(self, write: &HistoryEntry) -> Known {
+        let (time, until, expires) = secs(write);
         Known {
-            until: self.until.max(write.until),
-            last_seen: Some(self.last_seen.map_or(write.time, |v| v.max(write.time))),
-            first_seen: Some(self.first_seen.map_or(write.time, |v| v.min(write.time))),
-            expires_at: Some(
-                self.expires_at
-                    .map_or(write.expires, |v| v.max(write.expires)),
-            ),
+            until: self.until.max(until),
+            last_seen: Some(self.last_seen.map_or(time, |v| v.max(time))),
+            first_seen: Some(self.first_seen.map_or(time, |v| v.min(time))),
+            expires_at: Some(self.expires_at.map_or(expires, |v| v.max(expires))),
         }
     }
 }
@@ -117,16 +95,14 @@ mod tests {
     use super::*;
     use crate::adapters::dynamo::codec::{Item, from_item, n, s};
     use crate::adapters::dynamo::testing::{at, update};
+    use crate::domain::fold::history;
+    use crate::domain::pool::Retention;
 
-    fn write(time: i64, until: Option<i64>, expires: i64) -> PoolWrite {
-        let u = update(1);
-        PoolWrite {
-            mark: u.pools[0].clone(),
-            pk: "POOL#p".into(),
-            time,
-            until,
-            expires,
-        }
+    fn write(time: i64, until: Option<i64>, expires: i64) -> HistoryEntry {
+        let t = |secs| chrono::DateTime::from_timestamp(secs, 0).unwrap();
+        let mut entry = history(&update(1), &Retention::default()).remove(0);
+        (entry.at, entry.unavailable_until, entry.expires_at) = (t(time), until.map(t), t(expires));
+        entry
     }
 
     #[test]
@@ -211,12 +187,9 @@ mod tests {
     #[test]
     fn times_round_outwards() {
         let u = update(1);
-        let w = PoolWrite::of(&u, &Retention::default()).remove(0);
-        assert_eq!(w.time, at(0).timestamp(), "event times round down");
-        assert_eq!(w.until, Some(at(61).timestamp()), "windows round up");
-        assert_eq!(
-            w.expires,
-            (at(61) + Retention::default().history).timestamp()
-        );
+        let (time, until, expires) = secs(&history(&u, &Retention::default())[0]);
+        assert_eq!(time, at(0).timestamp(), "event times round down");
+        assert_eq!(until, Some(at(61).timestamp()), "windows round up");
+        assert_eq!(expires, (at(61) + Retention::default().history).timestamp());
     }
 }

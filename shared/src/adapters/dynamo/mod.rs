@@ -61,12 +61,12 @@ mod testing;
 
 use codec::*;
 pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
-use expr::{Expr, Known, PoolWrite};
+use expr::{Expr, Known};
 pub use secret::SecretKeys;
 
 use crate::adapters::aws::{AwsError, CallError, OperationError, failure_kind};
 use crate::adapters::backoff::backoff;
-use crate::domain::fold::validate;
+use crate::domain::fold::{history, validate};
 use crate::domain::keys::KeyRing;
 use crate::domain::plan::Plan;
 use crate::domain::pool::HistoryEntry;
@@ -179,13 +179,12 @@ impl PoolStore for DynamoStore {
         let id = &plan.event_id;
         let what = format!("applying event {id}");
         let keys = plan.ledger_keys();
-        let pools = PoolWrite::of(plan, &self.retention);
-        if pools.len() + keys.len() + plan.pools.len() > 100 {
+        let pools = history(plan, &self.retention);
+        if 2 * pools.len() + keys.len() > 100 {
             let why = format!(
-                "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds at \
-                 most 100 items: the ledger entries, the pools and their history entries",
+                "it marks {} pools with {} ledger keys, but one transaction holds at most 100 \
+                 items: the ledger entries, the pools and their history entries",
                 pools.len(),
-                plan.pools.len(),
                 keys.len()
             );
             return Err(self.fail(FailureKind::Invalid, what, why));

@@ -283,62 +283,38 @@ pub struct Event {
     pub detail: Detail,
 }
 
-/// Where a record came from inside an input: the file (or other label), its position in the
-/// envelope and the SQS message id when there is one.
+/// Where a record came from inside an input: the file (or other label) and its position in the
+/// envelope, as people read it (`b.json`, `b.json: [2]`, `b.json: Records[2] (messageId m)`),
+/// and the SQS message id when there is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
-    pub source: String,
-    /// `None` for a bare event; the index in `Records` or in the array otherwise.
-    pub index: Option<usize>,
+    at: String,
     pub message_id: Option<String>,
-    /// The record is an SQS message (`Records[i]`), not an item of a JSON array (`[i]`).
-    sqs: bool,
 }
 
 impl Origin {
     /// The origin of a bare event read from `source`.
     pub fn bare(source: impl Into<String>) -> Origin {
-        Origin {
-            source: source.into(),
-            index: None,
-            message_id: None,
-            sqs: false,
-        }
+        let (at, message_id) = (source.into(), None);
+        Origin { at, message_id }
     }
 
     /// The origin of the record at `index` of an SQS batch read from `source`.
     pub fn sqs(source: &str, index: usize, message_id: Option<String>) -> Origin {
-        Origin {
-            index: Some(index),
-            message_id,
-            sqs: true,
-            ..Origin::bare(source)
-        }
+        let id = (message_id.as_deref()).map_or(String::new(), |id| format!(" (messageId {id})"));
+        let at = format!("{source}: Records[{index}]{id}");
+        Origin { at, message_id }
     }
 
     /// The origin of the item at `index` of a JSON array read from `source`.
     pub fn array(source: &str, index: usize) -> Origin {
-        Origin {
-            index: Some(index),
-            ..Origin::bare(source)
-        }
+        Origin::bare(format!("{source}: [{index}]"))
     }
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.source)?;
-        match (self.sqs, self.index) {
-            (true, Some(i)) => {
-                write!(f, ": Records[{i}]")?;
-                if let Some(id) = &self.message_id {
-                    write!(f, " (messageId {id})")?;
-                }
-                Ok(())
-            }
-            (_, Some(i)) => write!(f, ": [{i}]"),
-            _ => Ok(()),
-        }
+        f.write_str(&self.at)
     }
 }
 

@@ -86,13 +86,10 @@ pub(super) fn act(
     out.reason = match action {
         _ if already => "already cordoned by forewarn".into(),
         Action::None | Action::Uncordon => format!("{} is configured to do nothing", event.kind),
-        Action::Cordon => match until {
-            Some(until) => format!(
-                "{what}: keep new pods off the node until {}",
-                until.to_rfc3339()
-            ),
-            None => format!("{what}: keep new pods off the node"),
-        },
+        Action::Cordon => {
+            let until = (until.map(|u| format!(" until {}", u.to_rfc3339()))).unwrap_or_default();
+            format!("{what}: keep new pods off the node{until}")
+        }
         Action::CordonDrain => {
             out.deadline = Some(super::drain_deadline(event, config));
             out.grace_to_deadline = super::goes_at(event, config).is_some();
@@ -120,11 +117,8 @@ pub(super) fn act(
             }
         }
     };
-    let acts = matches!(
-        action,
-        Action::Cordon | Action::CordonDrain | Action::Delete
-    );
-    if acts && !already {
+    // `none` and `uncordon` leave the node as it is.
+    if action != Action::Uncordon && !already {
         out.action = action;
     }
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {

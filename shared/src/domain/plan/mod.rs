@@ -418,7 +418,7 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
                 "{}: the lifecycle hooks setting is off, the hook is left to its timeout",
                 summary(event)
             ),
-            Err(why) => why.to_string(),
+            Err(why) => why,
         };
         return out;
     }
@@ -445,22 +445,18 @@ fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> 
         let place = crate::domain::clusters::Place::of_event(event);
         return Some(crate::domain::clusters::refusal(instance, &place));
     }
-    if let Some(why) = other_cluster(instance, config) {
-        return Some(why);
-    }
-    // Stale: an event dated before the instance's current launch is about an earlier run of it
-    // (a late `stopped` state change or stop warning for an instance started again since).
-    if let Some(launched) = instance.and_then(|i| i.launch_time)
-        && event.time < launched
-    {
-        return Some(format!(
+    // Else another cluster's instance, else a stale event: one dated before the instance's
+    // current launch is about an earlier run of it (a late `stopped` state change or stop
+    // warning for an instance started again since).
+    let launched = (instance.and_then(|i| i.launch_time)).filter(|l| event.time < *l);
+    other_cluster(instance, config).or(launched.map(|launched| {
+        format!(
             "stale: the event ({}) is older than the instance's current launch ({}): it is \
              about an earlier run of the instance",
             event.time.to_rfc3339(),
             launched.to_rfc3339()
-        ));
-    }
-    None
+        )
+    }))
 }
 
 /// Why the instance is another cluster's, when it is tagged for others and not for this one.
@@ -481,44 +477,32 @@ fn tagged_for_us(instance: Option<&InstanceFacts>, config: &Config) -> bool {
         .is_some_and(|(ours, instance)| instance.clusters().contains(&ours.name.as_str()))
 }
 
-/// Why a lifecycle action is left alone (see [`lifecycle`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LifecycleLeftAlone {
-    /// The settings name hooks, and not this one.
-    #[error(
-        "lifecycle hook {asg}/{hook} left to its owner: not one of the lifecycle hooks forewarn answers"
-    )]
-    NotOurHook { asg: String, hook: String },
-    /// The instance is not known to be this cluster's.
-    #[error(
-        "lifecycle action {asg}/{hook} left alone: the instance is not tagged for this cluster"
-    )]
-    NotOurInstance { asg: String, hook: String },
-}
-
 /// The lifecycle action to complete once the node is handled: only a hook of an instance of
-/// this cluster (`member`: tagged for it, or running one of its nodes), and, when
-/// The settings name hooks, one of those. Completing another group's hook would
-/// cut short whatever else waits on it. `Err`: why it is left alone.
+/// this cluster (`member`: tagged for it, or running one of its nodes), and, when the settings
+/// name hooks, one of those. Completing another group's hook would cut short whatever else waits
+/// on it. `Err`: why it is left alone.
 fn lifecycle(
     event: &Event,
     config: &Config,
     member: bool,
-) -> Result<Option<LifecycleAction>, LifecycleLeftAlone> {
+) -> Result<Option<LifecycleAction>, String> {
     let (Detail::AsgTermination(l) | Detail::AsgLaunch(l)) = &event.detail else {
         return Ok(None);
     };
     if !config.complete_lifecycle_action {
         return Ok(None);
     }
-    let (asg, hook) = (l.asg_name.clone(), l.hook_name.clone());
-    if let Some(hooks) = &config.lifecycle_hooks
-        && !hooks.contains(&hook)
-    {
-        return Err(LifecycleLeftAlone::NotOurHook { asg, hook });
+    let (asg, hook) = (&l.asg_name, &l.hook_name);
+    if (config.lifecycle_hooks.as_ref()).is_some_and(|hooks| !hooks.contains(hook)) {
+        return Err(format!(
+            "lifecycle hook {asg}/{hook} left to its owner: not one of the lifecycle hooks \
+             forewarn answers"
+        ));
     }
     if !member {
-        return Err(LifecycleLeftAlone::NotOurInstance { asg, hook });
+        return Err(format!(
+            "lifecycle action {asg}/{hook} left alone: the instance is not tagged for this cluster"
+        ));
     }
     Ok(Some(l.clone()))
 }
