@@ -284,26 +284,24 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
                "PlaceholdersRefused": drain.placeholders_refused,
                "InstanceId": instance, "Node": node});
         let mut metrics = DRAIN.to_vec();
-        if drain.pending {
-            metrics.retain(|m| *m != "EvictionsRefused");
-        } else {
+        if !drain.pending {
+            metrics.push("EvictionsRefused");
             fields["EvictionsRefused"] = json!(drain.left);
         }
         emf.add(&[&["Kind"]], &metrics, fields);
-        if drain.pending {
-            continue;
+        if !drain.pending {
+            let result = if drain.complete {
+                "complete"
+            } else {
+                "incomplete"
+            };
+            emf.add(
+                &[&["Kind", "Result"]],
+                &["Drains"],
+                json!({"Kind": kind, "Result": result, "Drains": 1,
+                       "InstanceId": instance, "Node": node}),
+            );
         }
-        let result = if drain.complete {
-            "complete"
-        } else {
-            "incomplete"
-        };
-        emf.add(
-            &[&["Kind", "Result"]],
-            &["Drains"],
-            json!({"Kind": kind, "Result": result, "Drains": 1,
-                   "InstanceId": instance, "Node": node}),
-        );
     }
     // From the event's time to the first node cordoned for it (a delete, which cordons
     // nothing, ends with the batch: `now`), by kind and by pool.
@@ -369,10 +367,9 @@ impl<'a> Emf<'a> {
     }
 }
 
-/// The metrics of a drain pass's document (`EvictionsRefused` once the drain ended).
+/// The metrics of a drain pass's document (and `EvictionsRefused` once the drain ended).
 const DRAIN: &[&str] = &[
     "Evictions",
-    "EvictionsRefused",
     "PodEventsRecorded",
     "PodEventsGivenUp",
     "PlaceholdersRefused",
