@@ -98,10 +98,8 @@ fn clients(sdk: &aws_config::SdkConfig) -> Clients {
     let retries = retries.with_initial_backoff(FIRST_BACKOFF);
     let sdk = sdk.to_builder().retry_config(retries).build();
     let tags = aws_sdk_resourcegroupstagging::Client::new(&sdk);
-    Clients {
-        elb: Client::new(&sdk),
-        tags,
-    }
+    let elb = Client::new(&sdk);
+    Clients { elb, tags }
 }
 
 impl ElbTargets {

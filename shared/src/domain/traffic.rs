@@ -220,23 +220,19 @@ impl Outcome {
 
     /// What became of `instance_id`'s targets, for its record's report.
     pub fn note(&self, instance_id: &str) -> String {
-        if self.groups == 0 && !self.failed.is_empty() {
+        let failed = self.failed.join("; ");
+        if self.groups == 0 && !failed.is_empty() {
             return format!(
-                "{instance_id}: not taken off the load balancers ({}): evicting anyway",
-                self.failed.join("; ")
+                "{instance_id}: not taken off the load balancers ({failed}): evicting anyway"
             );
         }
-        let mut note = format!(
-            "{instance_id}: out of {} of the cluster's {} target groups before the first eviction",
-            self.left, self.groups
-        );
-        if !self.failed.is_empty() {
-            note.push_str(&format!(
-                "; not deregistered from: {}",
-                self.failed.join("; ")
-            ));
-        }
-        note
+        let not = (!failed.is_empty()).then(|| format!("; not deregistered from: {failed}"));
+        format!(
+            "{instance_id}: out of {} of the cluster's {} target groups before the first eviction{}",
+            self.left,
+            self.groups,
+            not.unwrap_or_default()
+        )
     }
 }
 
@@ -339,9 +335,7 @@ impl Rounds {
             self.groups.clone_from(groups);
         }
         self.making_until = None;
-        if let Some(until) = settled.quiet_until {
-            self.quiet = Some((now, until));
-        }
+        self.quiet = (settled.quiet_until.map(|until| (now, until))).or(self.quiet);
     }
 }
 

@@ -232,13 +232,11 @@ impl TrafficRounds for DynamoStore {
         let (pk, expires) = (&round_of(key), expires(now));
         let puts = settled.outcomes.iter().map(|(id, outcome)| async move {
             let what = format!("writing {id}'s outcome in {pk}");
-            let (pk, sk) = (pk.clone(), format!("{OUTCOME_SK_PREFIX}{id}"));
-            let (outcome, expires_at) = (outcome.clone(), expires);
             let item = to_item(OutcomeItem {
-                pk,
-                sk,
-                outcome,
-                expires_at,
+                pk: pk.clone(),
+                sk: format!("{OUTCOME_SK_PREFIX}{id}"),
+                outcome: outcome.clone(),
+                expires_at: expires,
             });
             let item = item.map_err(self.invalid("encoding an outcome"))?;
             let put = self.client.put_item().table_name(&self.table);

@@ -133,7 +133,7 @@ struct BatchFacts<'a> {
     now: DateTime<Utc>,
     /// The batch's round of taking drains off their load balancers (see [`traffic`]): a drain's
     /// first pass waits for it (true once made) before evicting; the batch's other work does not.
-    gate: Option<&'a tokio::sync::watch::Receiver<bool>>,
+    gate: &'a tokio::sync::watch::Receiver<bool>,
 }
 
 impl Pipeline<'_> {
@@ -160,6 +160,7 @@ impl Pipeline<'_> {
         // The events of a place whose lookup failed are answered as it says, and only they.
         let (new, unlooked) = self.instances.set_aside(records, new);
         let nothing_seen = BTreeMap::new();
+        let (cleared, gate) = tokio::sync::watch::channel(false);
         let mut seen = BatchFacts {
             facts: Facts {
                 instances: &self.instances.found,
@@ -169,7 +170,7 @@ impl Pipeline<'_> {
             applied: &applied,
             room: &nothing_seen,
             now,
-            gate: None,
+            gate: &gate,
         };
         let first = self.run(records, new, seen).await;
         // One look at the placeholders of every drain of the batch that waits for room.
@@ -177,18 +178,13 @@ impl Pipeline<'_> {
         seen.room = &room;
         // Traffic first: the drains about to evict, off their load balancers (after the
         // cordons; each first drain pass waits for the round, the batch's other passes go on).
-        let (cleared, gate) = tokio::sync::watch::channel(false);
         let lanes = later.clone();
         let traffic = async {
             let notes = self.clear_traffic(records, lanes, &first).await;
             cleared.send_replace(true);
             notes
         };
-        let gated = BatchFacts {
-            gate: Some(&gate),
-            ..seen
-        };
-        let (notes, later) = tokio::join!(traffic, self.run(records, later, gated));
+        let (notes, later) = tokio::join!(traffic, self.run(records, later, seen));
         // The drains carried on in process come after it too.
         let mut done = self.finish(records, later, now).await;
         done.extend(self.finish(records, first, now).await);
@@ -364,10 +360,10 @@ impl Pipeline<'_> {
             return Handled::Done(report.ended(Outcome::Ignored, why.clone()));
         }
         if let Some(continuation) = &record.continuation {
-            if let Some(gate) = seen.gate.filter(|_| continuation.pass == 1) {
+            if continuation.pass == 1 {
                 // A first drain pass evicts once its instance is off its load balancers (or
                 // the round's budget is spent).
-                let _ = gate.clone().wait_for(|cleared| *cleared).await;
+                let _ = seen.gate.clone().wait_for(|cleared| *cleared).await;
             }
             let room = seen.room;
             let done = self.continue_drain(record, &plan, continuation, room, report);

@@ -247,14 +247,14 @@ impl Pipeline<'_> {
             heartbeat: heartbeat_due(continuation, self.clock.now()),
         };
         let results = executor.execute(plan, pass, self.work).await?;
+        let pending = merge(report, &results);
         if let Some(why) = refusals(&results) {
             report.reason = Some(why);
             if results.iter().all(|r| r.refused.is_some()) {
-                merge(report, &results);
                 return Ok(PassEnd::Done(Outcome::Ignored));
             }
         }
-        if !merge(report, &results) {
+        if !pending {
             return Ok(PassEnd::Done(Outcome::Acted));
         }
         let last_beat = report.actions.iter().filter_map(|a| a.heartbeat_at).max();
@@ -317,14 +317,11 @@ impl Pipeline<'_> {
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
         let look = executor.room(&nodes, self.work);
-        match until(self.clock, self.work.deadline, look).await {
-            Some(Ok(seen)) => seen,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");
-                BTreeMap::new()
-            }
-            None => BTreeMap::new(),
-        }
+        let seen = until(self.clock, self.work.deadline, look).await;
+        seen.unwrap_or(Ok(BTreeMap::new())).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");
+            BTreeMap::new()
+        })
     }
 
     /// Where a pending drain of `record` is carried on as a continuation message: the
@@ -367,10 +364,7 @@ impl Pipeline<'_> {
     /// [`kept::BUDGET_WAIT`], when the pass that sent it left a pod its budget refused and the
     /// environment keeps copies (see [`kept`]).
     fn keep_if_refused(&self, report: &Report, body: String, queue_arn: String) {
-        let refused = report
-            .actions
-            .iter()
-            .any(|a| a.drain.is_some_and(|d| d.left > 0));
+        let refused = (report.actions.iter()).any(|a| a.drain.is_some_and(|d| d.left > 0));
         if let Some(kept) = self.passes.kept.as_ref().filter(|_| refused) {
             let due = self.clock.now() + span(kept::BUDGET_WAIT);
             if !kept.keep(kept::Kept {
@@ -429,9 +423,9 @@ pub(super) fn next_pass_after(
     interval: Duration,
     now: DateTime<Utc>,
 ) -> Duration {
+    // `None` (no wait) orders first: any pending result without a time wins.
     let pending = results.iter().filter(|r| r.pending);
-    let untils: Option<Vec<DateTime<Utc>>> = pending.map(|r| r.wait_until).collect();
-    let soonest = untils.and_then(|untils| untils.into_iter().min());
+    let soonest = pending.map(|r| r.wait_until).min().flatten();
     let wait = soonest.and_then(|t| (t - now).to_std().ok());
     pass_delay(wait.unwrap_or_default(), interval)
 }

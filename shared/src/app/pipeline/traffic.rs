@@ -56,8 +56,8 @@ impl Pipeline<'_> {
         let Some(traffic) = self.traffic.filter(|_| self.mode.writes_cluster()) else {
             return BTreeMap::new();
         };
-        // The drains by the place of their event: the record of each, its plan.
-        let mut drains: BTreeMap<Place, Vec<(usize, &Plan)>> = BTreeMap::new();
+        // The drains by the place of their event: the record of each, its doomed instances.
+        let mut drains: BTreeMap<Place, Vec<(usize, Vec<Doomed>)>> = BTreeMap::new();
         let now = self.clock.now();
         for i in later.into_iter().flatten() {
             let record = &records[i];
@@ -67,19 +67,21 @@ impl Pipeline<'_> {
             // A replayed, forged or late first pass, which the pass itself refuses, moves no
             // target.
             if c.pass == 1
-                && c.plan.actions.iter().any(draining)
+                && let doomed = doomed_of(&c.plan)
+                && !doomed.is_empty()
                 && let Ok(Ok(None)) = self.refusal(record, event, c, now).await
             {
                 let place = drains.entry(Place::of_event(event)).or_default();
-                place.push((i, &c.plan));
+                place.push((i, doomed));
             }
         }
         for (i, handled) in first.iter().flatten() {
             if let (Handled::Pending(_, plan), Ok(event)) = (handled, &records[*i].event)
-                && plan.actions.iter().any(draining)
+                && let doomed = doomed_of(plan)
+                && !doomed.is_empty()
             {
                 let place = drains.entry(Place::of_event(event)).or_default();
-                place.push((*i, plan));
+                place.push((*i, doomed));
             }
         }
         let Some(cluster) = self.config.cluster.as_ref().map(|c| c.name.as_str()) else {
@@ -90,12 +92,9 @@ impl Pipeline<'_> {
         };
         let rounds = drains
             .iter()
-            .map(|(place, drains)| self.clear_place(traffic, place, cluster, drains));
-        futures::future::join_all(rounds)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
+            .map(|(place, d)| self.clear_place(traffic, place, cluster, d));
+        let notes = futures::future::join_all(rounds).await;
+        notes.into_iter().flatten().collect()
     }
 
     /// The drains of one account and region, off their cluster's load balancers: offered to
@@ -105,9 +104,15 @@ impl Pipeline<'_> {
         traffic: &Traffic,
         place: &Place,
         cluster: &str,
-        drains: &[(usize, &Plan)],
+        drains: &[(usize, Vec<Doomed>)],
     ) -> Vec<(usize, String)> {
-        let doomed = doomed_of(drains.iter().map(|(_, plan)| *plan));
+        // Each instance once, as its first drain wants it off.
+        let mut doomed: Vec<Doomed> = Vec::new();
+        for d in drains.iter().flat_map(|(_, doomed)| doomed) {
+            if !doomed.iter().any(|o| o.instance_id == d.instance_id) {
+                doomed.push(d.clone());
+            }
+        }
         let all = |why: String| drains.iter().map(|(i, _)| (*i, why.clone())).collect();
         let Some(rounds) = self.store.traffic_rounds() else {
             return all(format!(
@@ -140,25 +145,18 @@ impl Pipeline<'_> {
             }
             None => BTreeMap::new(),
         };
+        let note = |d: &Doomed| match out.get(&d.instance_id) {
+            Some(outcome) => outcome.note(&d.instance_id),
+            None => format!(
+                "{}: the load balancers did not answer within {} s: evicting anyway",
+                d.instance_id,
+                traffic.budget.as_secs_f64()
+            ),
+        };
+        let notes = |doomed: &[Doomed]| doomed.iter().map(note).collect::<Vec<_>>().join("; ");
         drains
             .iter()
-            .map(|(i, plan)| {
-                let note = plan
-                    .actions
-                    .iter()
-                    .filter(|a| draining(a))
-                    .map(|a| match out.get(&a.instance_id) {
-                        Some(outcome) => outcome.note(&a.instance_id),
-                        None => format!(
-                            "{}: the load balancers did not answer within {} s: evicting anyway",
-                            a.instance_id,
-                            traffic.budget.as_secs_f64()
-                        ),
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                (*i, note)
-            })
+            .map(|(i, doomed)| (*i, notes(doomed)))
             .collect()
     }
 
@@ -175,7 +173,7 @@ impl Pipeline<'_> {
         ) else {
             return;
         };
-        let doomed = doomed_of(std::iter::once(plan));
+        let doomed = doomed_of(plan);
         if doomed.is_empty() {
             return;
         }
@@ -361,24 +359,15 @@ impl Pipeline<'_> {
     }
 }
 
-/// The instances of `plans`' drains, each once, with the addresses that leave with them (none
-/// when the instance stays a while: see [`leaves_whole`]).
-fn doomed_of<'p>(plans: impl Iterator<Item = &'p Plan>) -> Vec<Doomed> {
-    let mut doomed: Vec<Doomed> = Vec::new();
-    for plan in plans {
-        for a in plan.actions.iter().filter(|a| draining(a)) {
-            if doomed.iter().any(|d| d.instance_id == a.instance_id) {
-                continue;
-            }
-            let whole = leaves_whole(plan.kind);
-            let addresses = a.addresses.iter().filter(|_| whole).cloned().collect();
-            doomed.push(Doomed::new(a.instance_id.clone(), addresses));
-        }
-    }
-    doomed
-}
-
-/// A drain of a node: what leaves the load balancers first.
-fn draining(a: &crate::domain::plan::NodeAction) -> bool {
-    a.action == Action::CordonDrain && a.node.is_some()
+/// The instances of `plan`'s drains of a node (what leaves the load balancers first), with the
+/// addresses that leave with them (none when the instance stays a while: see [`leaves_whole`]).
+fn doomed_of(plan: &Plan) -> Vec<Doomed> {
+    let whole = leaves_whole(plan.kind);
+    let drains = plan.actions.iter();
+    let drains = drains.filter(|a| a.action == Action::CordonDrain && a.node.is_some());
+    let doomed = drains.map(|a| {
+        let addresses = a.addresses.iter().filter(|_| whole).cloned();
+        Doomed::new(a.instance_id.clone(), addresses.collect())
+    });
+    doomed.collect()
 }
