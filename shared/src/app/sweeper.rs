@@ -23,11 +23,11 @@ use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::domain::event::{Detail, Event, Origin};
 use crate::domain::facts::InstanceFacts;
+use crate::domain::findings::findings;
 use crate::domain::inbound::Record;
 use crate::domain::preflight::Proof;
 use crate::domain::report::Report;
 use crate::domain::status::status_findings;
-use crate::domain::sweep::findings;
 use crate::ports::PortError;
 
 /// A sweep that could not look.
@@ -484,7 +484,7 @@ impl ClusterSweep<'_> {
     /// The Capacity Blocks of this cluster's place that end within
     /// [`crate::domain::sweep::BLOCK_LOOKAHEAD`], each with the instances of this cluster
     /// (`tag`, its name) that run in it, as the expiration warning EC2 sends 40 minutes before
-    /// the end ([`crate::domain::sweep::block_finding`]): a block whose warning was handled is a
+    /// the end ([`crate::domain::findings::block_finding`]): a block whose warning was handled is a
     /// duplicate of it. A block of no instance of this cluster is left to its own. A lookup
     /// that fails costs these findings only, logged.
     async fn ending_blocks(
@@ -521,7 +521,7 @@ impl ClusterSweep<'_> {
                 continue;
             }
             let ids = ours.keys().cloned().collect();
-            let event = crate::domain::sweep::block_finding(&block, ids, tag, now, place);
+            let event = crate::domain::findings::block_finding(&block, ids, tag, now, place);
             out.push((event, ours));
         }
         out

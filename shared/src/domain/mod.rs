@@ -11,6 +11,7 @@ pub mod cordon_record;
 pub mod event;
 pub mod expander;
 pub mod facts;
+pub mod findings;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod fold;

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::clusters::Place;
 use crate::domain::event::{Detail, Event, EventKind};
 use crate::domain::facts::InstanceFacts;
-use crate::domain::sweep::synthetic;
+use crate::domain::findings::synthetic;
 
 /// One instance's status, as `DescribeInstanceStatus` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -206,8 +206,8 @@ fn expander_manifest() -> Value {
 async fn sweeper_requests() -> Vec<RecordedRequest> {
     use forewarn::app::priorities::{Change, PrioritySettings};
     use forewarn::app::sweeper::{SweepPriorities, Sweeper};
+    use forewarn::domain::findings::SPOT_TERMINATION_REASON;
     use forewarn::domain::pool::CapacityType;
-    use forewarn::domain::sweep::SPOT_TERMINATION_REASON;
 
     let mut w = World::new().await;
     // Spot drains surge (FOREWARN_SURGE): placeholders are created, listed and deleted.
