@@ -98,7 +98,7 @@ pub(crate) fn disposition(pod: &Pod) -> Disposition {
 }
 
 fn pod_key(pod: &Pod) -> String {
-    let (namespace, name) = super::budget::ns_name(&pod.metadata);
+    let (namespace, name) = super::api::ns_name(&pod.metadata);
     format!("{namespace}/{name}")
 }
 
@@ -341,7 +341,7 @@ impl KubeExecutor {
         grace_until: Option<DateTime<Utc>>,
     ) -> Result<Eviction, KubeError> {
         let clients = &self.clients;
-        let (namespace, name) = super::budget::ns_name(&pod.metadata);
+        let (namespace, name) = super::api::ns_name(&pod.metadata);
         let own_grace = (pod.spec.as_ref()).and_then(|s| s.termination_grace_period_seconds);
         let mut told = 0;
         loop {

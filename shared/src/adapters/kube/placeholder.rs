@@ -32,7 +32,7 @@ pub(crate) fn placeholder_for(
     evict_by: DateTime<Utc>,
 ) -> Pod {
     let spec = pod.spec.clone().unwrap_or_default();
-    let (pod_ns, pod_name) = super::budget::ns_name(&pod.metadata);
+    let (pod_ns, pod_name) = super::api::ns_name(&pod.metadata);
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let owner =
         node_uid.map(|uid| json!([{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]));

@@ -35,11 +35,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ::kube::api::{DeleteParams, ListParams, PostParams};
+use ::kube::core::{Selector, SelectorExt};
 use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
 use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
@@ -49,7 +50,6 @@ use super::executor::{BUDGETS_KEPT, EVICTIONS_AT_ONCE, KubeExecutor, SurgeMemory
 use super::outcome::DrainReport;
 use super::placeholder::placeholder_for;
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
-use crate::domain::budget::Budget;
 use crate::domain::surge::{
     ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID,
     LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen,
@@ -156,9 +156,11 @@ impl KubeExecutor {
         if first {
             let budgets = budget_rounds(clients, memory, &surging);
             let budgets = crate::ports::until(clients.clock(), end, budgets).await;
-            for (uid, r) in budgets.unwrap_or_default() {
-                let e = rounds.entry(uid).or_default();
-                *e = (*e).max(r);
+            for uid in budgets.unwrap_or_default() {
+                rounds
+                    .entry(uid)
+                    .and_modify(|r| *r = (*r).max(1))
+                    .or_insert(1);
             }
         }
         let latest_of = |pod: &Pod, uid: &str| {
@@ -192,7 +194,7 @@ impl KubeExecutor {
                 pass.wait(uid, latest);
                 continue;
             }
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let namespace = namespace(pod);
             if memory.refuses(namespace, now) {
                 // Refused lately: no room can be asked for this pod, waiting would gain nothing.
                 tracing::debug!(
@@ -525,6 +527,11 @@ pub(crate) async fn delete_expired(
         .collect())
 }
 
+/// The namespace of `pod` (`default` when unset).
+fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
 /// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
 pub(crate) fn controller(pod: &Pod) -> Option<(&str, &str)> {
     (pod.owner_references().iter())
@@ -532,27 +539,25 @@ pub(crate) fn controller(pod: &Pod) -> Option<(&str, &str)> {
         .map(|r| (r.kind.as_str(), r.name.as_str()))
 }
 
-/// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
-/// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
-/// budgets per namespace, kept a minute; a list the API refuses (an RBAC without the grant)
-/// counts no round, and is logged; one that fails otherwise counts none in this pass only.
+/// The uids of `pods` (a drain's surging pods) that a budget selects which cannot let all of
+/// its pods go at once (its status's `desiredHealthy` above 0, as the disruption controller
+/// computes it: see [`crate::domain::surge`]): each one earlier round. One list of budgets per
+/// namespace, kept a minute; a list the API refuses (an RBAC without the grant) counts no
+/// round, and is logged; one that fails otherwise counts none in this pass only.
 pub(crate) async fn budget_rounds(
     clients: &ClusterClient,
     memory: &SurgeMemory,
     pods: &[(&Pod, &str)],
-) -> BTreeMap<String, usize> {
-    let namespaces: BTreeSet<&str> = pods
-        .iter()
-        .map(|(p, _)| p.metadata.namespace.as_deref().unwrap_or("default"))
-        .collect();
-    let mut serial: Vec<Budget> = Vec::new();
+) -> BTreeSet<String> {
+    let namespaces: BTreeSet<&str> = pods.iter().map(|(p, _)| namespace(p)).collect();
+    let mut serial: Vec<(&str, Selector)> = Vec::new();
     let mut kept = memory.budgets.lock().await;
     for ns in namespaces {
         let now = clients.clock().now();
-        if let Some((at, budgets)) = kept.get(ns)
+        if let Some((at, selectors)) = kept.get(ns)
             && now - *at < BUDGETS_KEPT
         {
-            serial.extend(budgets.iter().cloned());
+            serial.extend(selectors.iter().map(|s| (ns, s.clone())));
             continue;
         }
         let client = match clients.client().await {
@@ -567,38 +572,34 @@ pub(crate) async fn budget_rounds(
         let params = ListParams::default();
         let listed = match with_retry(clients, "list", &what, || api.list(&params)).await {
             Ok(list) => list.items,
-            Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
+            Err(e) => {
                 tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
+                // The API server in trouble (not a refusal): nothing is kept, so the
+                // namespace's next drain lists again.
+                if !matches!(e.status, Some(401 | 403 | 404)) {
+                    continue;
+                }
                 Vec::new()
             }
-            // Anything else (the API server in trouble): this drain's placeholders go without
-            // the rounds; nothing is kept, so the namespace's next drain lists again.
-            Err(e) => {
-                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
-                continue;
-            }
         };
-        let budgets: Vec<Budget> = listed
-            .iter()
-            .filter_map(|pdb| {
-                let expected = pdb
-                    .status
-                    .as_ref()
-                    .map_or(0, |s| i64::from(s.expected_pods));
-                let budget = super::budget::budget(pdb).ok()?;
-                (budget.allowed_when_healthy(expected) < expected).then_some(budget)
-            })
+        let in_rounds =
+            |s: &PodDisruptionBudgetStatus| s.expected_pods > 0 && s.desired_healthy > 0;
+        let selectors: Vec<Selector> = (listed.into_iter())
+            .filter(|pdb| pdb.status.as_ref().is_some_and(in_rounds))
+            .filter_map(|pdb| Selector::try_from(pdb.spec?.selector?).ok())
+            .filter(|s| !s.selects_all())
             .collect();
-        serial.extend(budgets.iter().cloned());
-        kept.insert(ns.to_string(), (now, budgets));
+        serial.extend(selectors.iter().map(|s| (ns, s.clone())));
+        kept.insert(ns.to_string(), (now, selectors));
     }
     drop(kept);
-    pods.iter()
+    (pods.iter())
         .filter(|(pod, _)| {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            serial.iter().any(|b| b.selects(ns, pod.labels()))
+            serial
+                .iter()
+                .any(|(n, s)| *n == namespace(pod) && s.matches(pod.labels()))
         })
-        .map(|(_, uid)| (uid.to_string(), 1))
+        .map(|(_, uid)| uid.to_string())
         .collect()
 }
 
