@@ -269,7 +269,7 @@ impl KubeExecutor {
         };
         // Pods that wait for room are not evicted in this pass.
         let waits = |p: &&Pod| match (&surge, &p.metadata.uid) {
-            (Some(surge), Some(uid)) => surge.waiting.contains(uid),
+            (Some(surge), Some(uid)) => surge.waiting.contains_key(uid),
             _ => false,
         };
         let (waiting, due): (Vec<&Pod>, Vec<&Pod>) = due.into_iter().partition(waits);

@@ -60,10 +60,8 @@ use crate::domain::surge::{
 #[derive(Debug, Default)]
 pub(crate) struct SurgePass {
     /// The uids of the pods that wait for room (not evicted in this pass), each with a
-    /// placeholder holding room for it.
-    pub waiting: BTreeSet<String>,
-    /// The earliest latest safe time of the waiting pods.
-    pub evict_by: Option<DateTime<Utc>>,
+    /// placeholder holding room for it, and its latest safe time.
+    pub waiting: BTreeMap<String, DateTime<Utc>>,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
 }
@@ -74,15 +72,9 @@ impl SurgePass {
     /// [`RoomWait::next_look`] is when to look again (sooner, to see placeholders run).
     pub(crate) fn room(&self, deadline: DateTime<Utc>) -> Option<RoomWait> {
         Some(RoomWait {
-            until: self.evict_by?.min(deadline),
+            until: (*self.waiting.values().min()?).min(deadline),
             placeholders: u32::try_from(self.waiting.len()).unwrap_or(u32::MAX),
         })
-    }
-
-    /// The pod of `uid` waits for room until `latest` (its placeholder is there).
-    fn wait(&mut self, uid: &str, latest: DateTime<Utc>) {
-        self.waiting.insert(uid.to_string());
-        self.evict_by = Some(self.evict_by.map_or(latest, |e| e.min(latest)));
     }
 }
 
@@ -157,17 +149,12 @@ impl KubeExecutor {
             let budgets = budget_rounds(clients, memory, &surging);
             let budgets = crate::ports::until(clients.clock(), end, budgets).await;
             for uid in budgets.unwrap_or_default() {
-                rounds
-                    .entry(uid)
-                    .and_modify(|r| *r = (*r).max(1))
-                    .or_insert(1);
+                let e = rounds.entry(uid).or_default();
+                *e = (*e).max(1);
             }
         }
         let latest_of = |pod: &Pod, uid: &str| {
-            let grace = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds);
+            let grace = (pod.spec.as_ref()).and_then(|s| s.termination_grace_period_seconds);
             latest_safe(deadline, grace, rounds.get(uid).copied().unwrap_or(0))
         };
         // Every pod is due by its time: what its placeholder does changes nothing now (the next
@@ -191,7 +178,7 @@ impl KubeExecutor {
             }
             if placeholder.is_some() {
                 // Made, not running yet (waiting for room: the autoscaler's node).
-                pass.wait(uid, latest);
+                pass.waiting.insert(uid.to_string(), latest);
                 continue;
             }
             let namespace = namespace(pod);
@@ -233,7 +220,7 @@ impl KubeExecutor {
                     continue;
                 }
             }
-            pass.wait(&made.uid, made.latest);
+            pass.waiting.insert(made.uid.clone(), made.latest);
             by_pod.insert(made.uid, made.placeholder);
         }
         pass.listed = by_pod.into_values().collect();
@@ -265,14 +252,12 @@ async fn kept_placeholders(
     };
     let mut by_pod = BTreeMap::new();
     for ph in existing {
-        let uid = annotation(&ph, ANNOTATION_POD_UID)
-            .unwrap_or_default()
-            .to_string();
-        let present = listed
+        let uid = annotation(&ph, ANNOTATION_POD_UID).unwrap_or_default();
+        if listed
             .iter()
-            .any(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
-        if present {
-            by_pod.insert(uid, ph);
+            .any(|p| p.metadata.uid.as_deref() == Some(uid))
+        {
+            by_pod.insert(uid.to_string(), ph);
         } else {
             let deleted = delete_all(clients, std::slice::from_ref(&ph));
             let deleted = crate::ports::until(clock, end, deleted).await;
@@ -316,10 +301,8 @@ pub(crate) async fn room_of(
     clients: &ClusterClient,
     nodes: &[String],
 ) -> Result<BTreeMap<String, RoomSeen>, KubeError> {
-    let mut seen: BTreeMap<String, RoomSeen> = nodes
-        .iter()
-        .map(|n| (n.clone(), RoomSeen::default()))
-        .collect();
+    let none = RoomSeen::default();
+    let mut seen: BTreeMap<_, _> = nodes.iter().map(|n| (n.clone(), none)).collect();
     for ph in of_nodes(clients, nodes).await? {
         let node = annotation(&ph, ANNOTATION_NODE).unwrap_or_default();
         let running = u32::from(running_elsewhere(&ph, node));
