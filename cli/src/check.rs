@@ -14,8 +14,8 @@ use forewarn::adapters::kube::{
 use forewarn::adapters::preflight::{PreflightScope, prove};
 use forewarn::app::preflight::{Role, blocking};
 use forewarn::app::settings::{ClusterSelection, Settings};
-use forewarn::domain::admission::{Proof, Verdict};
 use forewarn::domain::clusters::ClusterId;
+use forewarn::domain::preflight::{Proof, Verdict};
 use forewarn::ports::Clock;
 use serde_json::json;
 

@@ -24,7 +24,7 @@ use forewarn::adapters::accounts;
 use forewarn::adapters::aws::aws_error_text;
 use forewarn::adapters::kube::{ClusterAccess, EksAccess};
 use forewarn::app::settings::Settings;
-use forewarn::domain::admission::Capability;
+use forewarn::domain::preflight::Capability;
 
 pub(crate) use functions::FUNCTIONS;
 use functions::command_line;

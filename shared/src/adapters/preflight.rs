@@ -25,11 +25,11 @@ use crate::adapters::kube::events::{EventType, Said, build, reference};
 use crate::adapters::kube::placeholder::placeholder_for;
 use crate::adapters::kube::surge::{controller, is_placeholder};
 use crate::adapters::kube::{ClusterClient, node_facts};
-use crate::domain::admission::{Capability, Proof, Verdict};
 use crate::domain::config::Config;
 use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::EventKind;
 use crate::domain::expander::{EXPANDER_CONFIGMAP, NAMESPACE as EXPANDER_NAMESPACE};
+use crate::domain::preflight::{Capability, Proof, Verdict};
 
 /// The event id the preflight's objects carry (in names and annotations).
 const PREFLIGHT_EVENT: &str = "forewarn-preflight";

@@ -14,9 +14,9 @@ use crate::adapters::kube::{
 use crate::adapters::preflight::{PreflightScope, prove};
 use crate::app::fleet::Cluster;
 use crate::app::upkeep::{ClusterUpkeep, Upkeep};
-use crate::domain::admission::{Capability, Proof};
 use crate::domain::clusters::ClusterId;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
+use crate::domain::preflight::{Capability, Proof};
 use crate::ports::{Executor, PortError};
 
 #[async_trait]

@@ -206,9 +206,8 @@ impl Handler {
         // cluster's retried records while another's drains wait.
         let clusters = shares
             .keys()
-            .filter(|to| matches!(to, Destination::Cluster(_)))
-            .count();
-        work.fail_fast = clusters > 1 || served.len() > 1;
+            .filter(|to| matches!(to, Destination::Cluster(_)));
+        work.fail_fast = clusters.count() > 1 || served.len() > 1;
         (shares, described, work)
     }
 

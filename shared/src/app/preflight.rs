@@ -1,17 +1,21 @@
 //! The preflight's judgement and schedule (the dry runs themselves are the Kubernetes adapter's,
-//! [`crate::app::upkeep::ClusterUpkeep::preflight`]; the verdicts' words are
-//! [`crate::domain::admission`]'s): which writes each of forewarn's groups makes, which of them
-//! the configuration uses (a refusal of one of those fails `forewarn check`), and the sweeper's
-//! check of each cluster once an hour, with what changed since the last.
+//! [`crate::app::upkeep::ClusterUpkeep::preflight`]; the verdicts are
+//! [`crate::domain::preflight`]'s, their refusing step [`crate::domain::admission`]'s): which
+//! writes each of forewarn's groups makes, which of them the configuration uses (a refusal of one
+//! of those fails `forewarn check`), and the sweeper's check of each cluster once an hour, with
+//! what changed since the last and what it says of it (its log lines and its `PreflightRefused`
+//! metric).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Duration, Utc};
+use serde_json::{Value, json};
 use strum::VariantArray;
 
-use crate::domain::admission::{Capability, Proof, changes};
+use crate::app::telemetry::{Emf, Telemetry};
 use crate::domain::config::Config;
+use crate::domain::preflight::{Capability, Proof, Verdict, changes};
 
 /// How often the sweeper proves forewarn's writes in each cluster: a Kyverno policy or a Pod
 /// Security level added later is seen within the hour, not during the next interruption.
@@ -94,10 +98,72 @@ impl PreflightMemory {
     }
 }
 
+/// What a preflight says where people look (its part of [`Telemetry`]).
+impl Telemetry {
+    /// A preflight of `cluster`: what changed since the last
+    /// logged (a refusal as a warning, anything else as info), `blocking` (refused writes the
+    /// configuration uses) as an error; with metrics, `PreflightRefused` (Count) by
+    /// `Capability` (and with `Cluster` first when named): 1 for each refused write, 0 for each
+    /// admitted, so that an alarm sees a refusal appear within the hour.
+    pub fn preflight(
+        &self,
+        cluster: Option<&str>,
+        proofs: &[Proof],
+        changed: &[String],
+        blocking: usize,
+        now: DateTime<Utc>,
+    ) {
+        let name = cluster.unwrap_or("-");
+        for line in changed {
+            if line.contains("refused by") {
+                tracing::warn!(cluster = name, change = %line, "preflight: a write forewarn makes is refused now");
+            } else {
+                tracing::info!(cluster = name, change = %line, "preflight: changed");
+            }
+        }
+        if blocking > 0 {
+            tracing::error!(
+                cluster = name,
+                refused = blocking,
+                "preflight: writes forewarn's configuration uses are refused by this cluster (forewarn check --kube says which and why)"
+            );
+        }
+        if self.metrics {
+            for doc in preflight_documents(cluster, proofs, now) {
+                println!("{doc}");
+            }
+        }
+    }
+}
+
+/// The EMF documents of a preflight of `cluster` (see [`Telemetry::preflight`]): one per write
+/// checked, `PreflightRefused` 1 when refused and 0 when admitted (a write not checked says
+/// nothing of admission: none).
+pub fn preflight_documents(
+    cluster: Option<&str>,
+    proofs: &[Proof],
+    now: DateTime<Utc>,
+) -> Vec<Value> {
+    let mut emf = Emf::new(now, cluster);
+    let checked = proofs
+        .iter()
+        .filter(|p| !matches!(p.verdict, Verdict::NotChecked(_)));
+    for proof in checked {
+        emf.add(
+            &[&["Capability"]],
+            &["PreflightRefused"],
+            json!({"Capability": proof.capability.as_str(),
+                   "PreflightRefused": u8::from(proof.verdict.is_refused()),
+                   "Group": proof.group, "Verdict": proof.verdict.to_string()}),
+        );
+    }
+    emf.docs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::admission::{RefusedBy, Verdict};
+    use crate::domain::admission::RefusedBy;
 
     fn proof(capability: Capability, verdict: Verdict) -> Proof {
         Proof {
@@ -167,6 +233,40 @@ mod tests {
                 )
                 .is_empty(),
             "nothing changed: nothing said"
+        );
+    }
+
+    #[test]
+    fn a_preflight_counts_each_refused_write_by_capability_and_cluster() {
+        let proof = |capability, verdict| Proof {
+            capability,
+            group: "sweeper".into(),
+            verdict,
+        };
+        let proofs = [
+            proof(Capability::Cordon, Verdict::Admitted(None)),
+            proof(
+                Capability::Placeholder,
+                Verdict::Refused {
+                    by: RefusedBy::Webhook("validate.kyverno.svc-fail".into()),
+                    message: "no".into(),
+                },
+            ),
+            proof(
+                Capability::Expander,
+                Verdict::NotChecked("no ConfigMap".into()),
+            ),
+        ];
+        let now: DateTime<Utc> = "2026-11-28T10:00:00Z".parse().unwrap();
+        let docs = preflight_documents(Some("blue"), &proofs, now);
+        assert_eq!(docs.len(), 2, "a write not checked says nothing: {docs:?}");
+        assert_eq!(docs[0]["PreflightRefused"], 0);
+        assert_eq!(docs[1]["PreflightRefused"], 1);
+        assert_eq!(docs[1]["Capability"], "placeholder");
+        assert_eq!(docs[1]["Cluster"], "blue");
+        assert_eq!(
+            docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["Capability"], ["Cluster", "Capability"]])
         );
     }
 }

@@ -19,12 +19,12 @@ use crate::app::priorities::{
 };
 use crate::app::upkeep::Upkeep;
 use crate::app::wayback::{UndoReport, WayBack};
-use crate::domain::admission::Proof;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::domain::event::{Detail, Event, Origin};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
+use crate::domain::preflight::Proof;
 use crate::domain::report::Report;
 use crate::domain::status::status_findings;
 use crate::domain::sweep::findings;

@@ -1,4 +1,6 @@
-//! Telemetry in one place: JSON logs through `tracing-subscriber` for the Lambda functions.
+//! Telemetry: JSON logs through `tracing-subscriber` for the Lambda functions, and the EMF metric
+//! documents of each record (a preflight's lines and metric are beside its judgement, in
+//! [`crate::app::preflight`]).
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -34,65 +36,6 @@ impl Telemetry {
             }
         }
     }
-
-    /// A preflight of `cluster` (see [`crate::app::preflight`]): what changed since the last
-    /// logged (a refusal as a warning, anything else as info), `blocking` (refused writes the
-    /// configuration uses) as an error; with metrics, `PreflightRefused` (Count) by
-    /// `Capability` (and with `Cluster` first when named): 1 for each refused write, 0 for each
-    /// admitted, so that an alarm sees a refusal appear within the hour.
-    pub fn preflight(
-        &self,
-        cluster: Option<&str>,
-        proofs: &[crate::domain::admission::Proof],
-        changed: &[String],
-        blocking: usize,
-        now: DateTime<Utc>,
-    ) {
-        let name = cluster.unwrap_or("-");
-        for line in changed {
-            if line.contains("refused by") {
-                tracing::warn!(cluster = name, change = %line, "preflight: a write forewarn makes is refused now");
-            } else {
-                tracing::info!(cluster = name, change = %line, "preflight: changed");
-            }
-        }
-        if blocking > 0 {
-            tracing::error!(
-                cluster = name,
-                refused = blocking,
-                "preflight: writes forewarn's configuration uses are refused by this cluster (forewarn check --kube says which and why)"
-            );
-        }
-        if self.metrics {
-            for doc in preflight_documents(cluster, proofs, now) {
-                println!("{doc}");
-            }
-        }
-    }
-}
-
-/// The EMF documents of a preflight of `cluster` (see [`Telemetry::preflight`]): one per write
-/// checked, `PreflightRefused` 1 when refused and 0 when admitted (a write not checked says
-/// nothing of admission: none).
-pub fn preflight_documents(
-    cluster: Option<&str>,
-    proofs: &[crate::domain::admission::Proof],
-    now: DateTime<Utc>,
-) -> Vec<Value> {
-    let mut emf = Emf::new(now, cluster);
-    let checked = proofs
-        .iter()
-        .filter(|p| !matches!(p.verdict, crate::domain::admission::Verdict::NotChecked(_)));
-    for proof in checked {
-        emf.add(
-            &[&["Capability"]],
-            &["PreflightRefused"],
-            json!({"Capability": proof.capability.as_str(),
-                   "PreflightRefused": u8::from(proof.verdict.is_refused()),
-                   "Group": proof.group, "Verdict": proof.verdict.to_string()}),
-        );
-    }
-    emf.docs
 }
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
@@ -284,26 +227,24 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
                "PlaceholdersRefused": drain.placeholders_refused,
                "InstanceId": instance, "Node": node});
         let mut metrics = DRAIN.to_vec();
-        if drain.pending {
-            metrics.retain(|m| *m != "EvictionsRefused");
-        } else {
+        if !drain.pending {
+            metrics.push("EvictionsRefused");
             fields["EvictionsRefused"] = json!(drain.left);
         }
         emf.add(&[&["Kind"]], &metrics, fields);
-        if drain.pending {
-            continue;
+        if !drain.pending {
+            let result = if drain.complete {
+                "complete"
+            } else {
+                "incomplete"
+            };
+            emf.add(
+                &[&["Kind", "Result"]],
+                &["Drains"],
+                json!({"Kind": kind, "Result": result, "Drains": 1,
+                       "InstanceId": instance, "Node": node}),
+            );
         }
-        let result = if drain.complete {
-            "complete"
-        } else {
-            "incomplete"
-        };
-        emf.add(
-            &[&["Kind", "Result"]],
-            &["Drains"],
-            json!({"Kind": kind, "Result": result, "Drains": 1,
-                   "InstanceId": instance, "Node": node}),
-        );
     }
     // From the event's time to the first node cordoned for it (a delete, which cordons
     // nothing, ends with the batch: `now`), by kind and by pool.
@@ -324,15 +265,15 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
 }
 
 /// The metric documents of one record, or one preflight, as they are added.
-struct Emf<'a> {
+pub(crate) struct Emf<'a> {
     timestamp: i64,
     /// The cluster the record was handled in, when named.
     cluster: Option<&'a str>,
-    docs: Vec<Value>,
+    pub(crate) docs: Vec<Value>,
 }
 
 impl<'a> Emf<'a> {
-    fn new(now: DateTime<Utc>, cluster: Option<&'a str>) -> Self {
+    pub(crate) fn new(now: DateTime<Utc>, cluster: Option<&'a str>) -> Self {
         let (timestamp, docs) = (now.timestamp_millis(), Vec::new());
         Emf {
             timestamp,
@@ -343,7 +284,7 @@ impl<'a> Emf<'a> {
 
     /// Adds one EMF document: the metrics' definitions (counts, and latencies in milliseconds)
     /// and the fields that carry their values.
-    fn add(&mut self, dimensions: &[&[&str]], metrics: &[&str], mut fields: Value) {
+    pub(crate) fn add(&mut self, dimensions: &[&[&str]], metrics: &[&str], mut fields: Value) {
         let unit = |m: &str| match m.ends_with("Latency") {
             true => "Milliseconds",
             false => "Count",
@@ -369,10 +310,9 @@ impl<'a> Emf<'a> {
     }
 }
 
-/// The metrics of a drain pass's document (`EvictionsRefused` once the drain ended).
+/// The metrics of a drain pass's document (and `EvictionsRefused` once the drain ended).
 const DRAIN: &[&str] = &[
     "Evictions",
-    "EvictionsRefused",
     "PodEventsRecorded",
     "PodEventsGivenUp",
     "PlaceholdersRefused",
@@ -454,41 +394,6 @@ mod tests {
                     .to_string()
             })
             .collect()
-    }
-
-    #[test]
-    fn a_preflight_counts_each_refused_write_by_capability_and_cluster() {
-        use crate::domain::admission::{Capability, Proof, RefusedBy, Verdict};
-        let proof = |capability, verdict| Proof {
-            capability,
-            group: "sweeper".into(),
-            verdict,
-        };
-        let proofs = [
-            proof(Capability::Cordon, Verdict::Admitted(None)),
-            proof(
-                Capability::Placeholder,
-                Verdict::Refused {
-                    by: RefusedBy::Webhook("validate.kyverno.svc-fail".into()),
-                    message: "no".into(),
-                },
-            ),
-            proof(
-                Capability::Expander,
-                Verdict::NotChecked("no ConfigMap".into()),
-            ),
-        ];
-        let now: DateTime<Utc> = "2026-11-28T10:00:00Z".parse().unwrap();
-        let docs = preflight_documents(Some("blue"), &proofs, now);
-        assert_eq!(docs.len(), 2, "a write not checked says nothing: {docs:?}");
-        assert_eq!(docs[0]["PreflightRefused"], 0);
-        assert_eq!(docs[1]["PreflightRefused"], 1);
-        assert_eq!(docs[1]["Capability"], "placeholder");
-        assert_eq!(docs[1]["Cluster"], "blue");
-        assert_eq!(
-            docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["Capability"], ["Cluster", "Capability"]])
-        );
     }
 
     #[test]

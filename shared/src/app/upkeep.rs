@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 
 use crate::app::fleet::Cluster;
 use crate::app::priorities::ExpanderStore;
-use crate::domain::admission::{Capability, Proof};
 use crate::domain::cordon_record::{Undo, UndoOutcome};
+use crate::domain::preflight::{Capability, Proof};
 use crate::ports::PortError;
 
 /// The writes of the upkeep (the Kubernetes API).

@@ -51,19 +51,9 @@ pub enum TaintEffect {
 string_forms!(TaintEffect, "a taint effect", trim);
 
 /// Which taint keys forewarn gives the nodes it cordons (`nth` as the taint key setting).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum TaintKeys {
     /// forewarn's own key, [`Config::taint_key`], whatever the kind.

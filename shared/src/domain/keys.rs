@@ -57,10 +57,8 @@ impl ContinuationKey {
     }
 
     fn hmac(&self, data: &str) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.bytes)
-            .expect("HMAC takes a key of any length");
-        mac.update(data.as_bytes());
-        mac
+        let mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.bytes);
+        mac.expect("HMAC keys are of any length").chain_update(data)
     }
 }
 

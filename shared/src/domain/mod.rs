@@ -20,6 +20,7 @@ pub mod names;
 pub mod plan;
 pub mod policy;
 pub mod pool;
+pub mod preflight;
 pub mod priorities;
 pub mod report;
 pub mod retry;

@@ -47,10 +47,7 @@ pub fn block_key(
     end_date: Option<DateTime<Utc>>,
     cluster: Option<&ClusterId>,
 ) -> String {
-    let what = match cluster {
-        Some(cluster) => format!("{reservation_id}/{cluster}"),
-        None => reservation_id.to_string(),
-    };
+    let what = cluster.map_or(reservation_id.into(), |c| format!("{reservation_id}/{c}"));
     sweep_key(EventKind::CapacityBlockExpiration, &what, end_date)
 }
 
@@ -166,30 +163,20 @@ pub fn findings(
     now: DateTime<Utc>,
     place: &Place,
 ) -> Vec<Event> {
-    let mut events = Vec::new();
-    for i in leaving {
-        let spot = i.capacity_type == Some(CapacityType::Spot);
-        let Some(state) = leaving_state(i.state.as_deref()) else {
-            continue;
+    let spot = leaving.iter().filter_map(|i| {
+        let state = leaving_state(i.state.as_deref())?;
+        let action = match state {
+            InstanceState::Stopping | InstanceState::Stopped => InstanceAction::Stop,
+            _ => InstanceAction::Terminate,
         };
-        if spot && i.state_reason.as_deref() == Some(SPOT_TERMINATION_REASON) {
-            let action = match state {
-                InstanceState::Stopping | InstanceState::Stopped => InstanceAction::Stop,
-                _ => InstanceAction::Terminate,
-            };
-            events.push(synthetic(
-                EventKind::SpotInterruption,
-                (&i.instance_id, i.launch_time),
-                Detail::Spot { action },
-                now,
-                place,
-            ));
-        }
-    }
-    for node in nodes {
-        let Some(id) = node.instance_id() else {
-            continue;
-        };
+        let run = (i.instance_id.as_str(), i.launch_time);
+        let spot = i.capacity_type == Some(CapacityType::Spot)
+            && i.state_reason.as_deref() == Some(SPOT_TERMINATION_REASON);
+        let detail = Detail::Spot { action };
+        spot.then(|| synthetic(EventKind::SpotInterruption, run, detail, now, place))
+    });
+    let gone = nodes.iter().filter_map(|node| {
+        let id = node.instance_id()?;
         let (state, launch_time) = match node_instances.get(id) {
             // Not found counts as gone only where the sweeper looked: the node's instance in
             // the region described (its providerID's zone). A node of another region, or of
@@ -197,21 +184,13 @@ pub fn findings(
             None if place.region.as_deref().is_some_and(|r| node.in_region(r)) => {
                 (InstanceState::Terminated, None)
             }
-            None => continue,
-            Some(i) => match leaving_state(i.state.as_deref()) {
-                Some(state) => (state, i.launch_time),
-                None => continue,
-            },
+            None => return None,
+            Some(i) => (leaving_state(i.state.as_deref())?, i.launch_time),
         };
-        events.push(synthetic(
-            EventKind::StateChange,
-            (id, launch_time),
-            Detail::StateChange { state },
-            now,
-            place,
-        ));
-    }
-    events
+        let (run, detail) = ((id, launch_time), Detail::StateChange { state });
+        Some(synthetic(EventKind::StateChange, run, detail, now, place))
+    });
+    spot.chain(gone).collect()
 }
 
 #[cfg(test)]

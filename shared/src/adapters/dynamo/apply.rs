@@ -40,15 +40,11 @@ impl DynamoStore {
         };
         let token = request_token(&(&self.table, plan, at, self.retention, &bets));
         let ledger = keys.iter().map(|k| self.ledger_put(plan.kind, at, k));
-        let mut items = ledger.collect::<Result<Vec<_>, _>>()?;
-        for (write, bets) in pools.iter().zip(bets) {
-            items.push(self.pool_update(plan, write, bets)?);
-        }
-        for entry in pools {
-            // No index holds it: it has none of their sort keys.
-            items.push(self.put("a history item", history_item(entry), |put| put)?);
-        }
-        Ok((items, token))
+        let updates = (pools.iter().zip(bets)).map(|(w, bets)| self.pool_update(plan, w, bets));
+        // No index holds a history item: it has none of their sort keys.
+        let history = (pools.iter()).map(|e| self.put("a history item", history_item(e), |p| p));
+        let items = ledger.chain(updates).chain(history);
+        Ok((items.collect::<Result<_, _>>()?, token))
     }
 
     /// The update of one pool: its counter by an atomic `ADD`; each other field `SET` where

@@ -200,12 +200,9 @@ impl PoolStore for DynamoStore {
                 .client_request_token(token)
                 .send()
                 .await;
-            let error = match sent {
-                Ok(_) => {
-                    self.remember(&pools);
-                    return Ok(Applied::Applied);
-                }
-                Err(e) => e,
+            let Err(error) = sent else {
+                self.remember(&pools);
+                return Ok(Applied::Applied);
             };
             let conflict = match error.as_service_error() {
                 Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
@@ -280,19 +277,15 @@ impl PoolStore for DynamoStore {
         for pool in pools {
             let mut e = Expr::default();
             let key_condition = format!(
-                "{pk} = {pool} AND {sk} BETWEEN {from} AND {to}",
-                pk = e.name("pk"),
-                pool = e.value("pool", s(&pool_pk(pool))),
+                "{pool} AND {sk} BETWEEN {from} AND {to}",
+                pool = e.is("pk", s(&pool_pk(pool))),
                 sk = e.name("sk"),
                 from = e.value("from", s(&history_sk_at(since))),
                 // `~` sorts after every character of an event id or instance id.
                 to = e.value("to", s(&format!("{}~", history_sk_at(now)))),
             );
-            let filter = format!(
-                "{} > {}",
-                e.name("expires_at"),
-                e.value("now", n(now.timestamp()))
-            );
+            let now_value = e.value("now", n(now.timestamp()));
+            let filter = format!("{} > {now_value}", e.name("expires_at"));
             let what = "querying a pool's history";
             let items = self.items(Some((None, key_condition)), filter, e, what);
             for item in items.await? {

@@ -386,14 +386,11 @@ fn parse_rfc1123_as_aws_writes_it(s: &str) -> Option<DateTime<Utc>> {
     }
     let mut nanos = 0;
     if let Some((hms, fraction)) = parts[3].split_once('.') {
-        if fraction.is_empty()
-            || fraction.len() > 9
-            || !fraction.bytes().all(|b| b.is_ascii_digit())
-        {
+        if !(1..=9).contains(&fraction.len()) || !fraction.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let digits = u32::try_from(fraction.len()).ok()?;
-        nanos = fraction.parse::<u32>().ok()? * 10u32.pow(9 - digits);
+        // Nanoseconds: the fraction's digits padded to nine.
+        nanos = format!("{fraction:0<9}").parse().ok()?;
         parts[3] = hms;
     }
     let t = DateTime::parse_from_rfc2822(&parts.join(" "))

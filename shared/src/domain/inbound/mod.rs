@@ -54,13 +54,14 @@ pub fn decode_value(
     received: DateTime<Utc>,
 ) -> Result<Vec<Record>, DecodeError> {
     let err = |field, why: String| Err(DecodeError::new(&Origin::bare(source), field, why));
+    // An event of its own, from `origin`.
+    let bare = |origin: Origin, event: &Value| {
+        let event = parse_event(&origin, event, received, received);
+        Record::new(origin, event)
+    };
     let found = match &value {
         Value::Array(items) => {
-            let record = |(i, item)| {
-                let origin = Origin::array(source, i);
-                let event = parse_event(&origin, item, received, received);
-                Record::new(origin, event)
-            };
+            let record = |(i, item)| bare(Origin::array(source, i), item);
             return Ok(items.iter().enumerate().map(record).collect());
         }
         Value::Object(map) => match map.get("Records") {
@@ -69,11 +70,7 @@ pub fn decode_value(
                 return Ok(records.iter().enumerate().map(record).collect());
             }
             Some(_) => return err(Some("Records"), "expected an array of SQS messages".into()),
-            None => {
-                let origin = Origin::bare(source);
-                let event = parse_event(&origin, &value, received, received);
-                return Ok(vec![Record::new(origin, event)]);
-            }
+            None => return Ok(vec![bare(Origin::bare(source), &value)]),
         },
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

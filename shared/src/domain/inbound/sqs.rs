@@ -61,17 +61,11 @@ pub fn decode_sqs_messages(
     messages: &[SqsMessage],
     received: DateTime<Utc>,
 ) -> Vec<Record> {
-    messages
-        .iter()
-        .enumerate()
-        .map(|(i, msg)| {
-            decode_message(
-                Origin::sqs(source, i, msg.message_id.clone()),
-                msg,
-                received,
-            )
-        })
-        .collect()
+    let record = |(i, msg): (usize, &SqsMessage)| {
+        let origin = Origin::sqs(source, i, msg.message_id.clone());
+        decode_message(origin, msg, received)
+    };
+    messages.iter().enumerate().map(record).collect()
 }
 
 /// Decodes the message at `index` of an SQS batch read as JSON from `source`.
