@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 
 use crate::adapters::kube::api::FIELD_MANAGER;
-use crate::adapters::kube::budget::ns_name;
+use crate::adapters::kube::api::ns_name;
 use crate::adapters::kube::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
 use crate::adapters::kube::drain::{Disposition, disposition, eviction_body};
 use crate::adapters::kube::events::{EventType, Said, build, reference};

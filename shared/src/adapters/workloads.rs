@@ -18,8 +18,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::de::DeserializeOwned;
 
-use crate::adapters::kube::budget::ns_name;
-pub use crate::adapters::kube::budget::{WorkloadError, budget, selector};
+use crate::adapters::kube::api::ns_name;
 use crate::adapters::kube::placeholder::{container_requests, milli};
 use crate::adapters::kube::{ClusterClient, KubeError};
 use crate::app::audit::WorkloadSource;
@@ -27,6 +26,9 @@ use crate::domain::audit::{
     AuditContainer, AuditNode, AuditPod, ClusterView, Workload, WorkloadKind,
 };
 use crate::ports::{FailureKind, PortError};
+
+mod budget;
+pub use budget::{WorkloadError, budget, selector};
 
 /// The objects the audit reads, as the API serves them.
 #[derive(Debug, Clone, Default)]

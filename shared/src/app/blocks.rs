@@ -60,10 +60,8 @@ impl Expanded {
         }
         for (i, note) in &self.notes {
             if let Some(slot) = reports.get_mut(*i) {
-                slot.reason = Some(match slot.reason.take() {
-                    Some(reason) => format!("{reason}; {note}"),
-                    None => note.clone(),
-                });
+                let said = slot.reason.take();
+                slot.reason = Some(said.map_or(note.clone(), |r| format!("{r}; {note}")));
             }
         }
         reports

@@ -1,6 +1,7 @@
 //! PodDisruptionBudgets as the disruption controller reads them: their label selectors, their
-//! int-or-percent numbers and the evictions they allow. What a drain's surge counts its rounds
-//! by (see [`crate::domain::surge`]) and the audit checks workloads against.
+//! int-or-percent numbers and the evictions they allow: what the audit checks workloads against.
+//! (A drain's surge reads a budget's status as the controller wrote it, not these: see
+//! `adapters::kube::surge::budget_rounds`.)
 
 use std::collections::BTreeMap;
 

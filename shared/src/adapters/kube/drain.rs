@@ -98,7 +98,7 @@ pub(crate) fn disposition(pod: &Pod) -> Disposition {
 }
 
 fn pod_key(pod: &Pod) -> String {
-    let (namespace, name) = super::budget::ns_name(&pod.metadata);
+    let (namespace, name) = super::api::ns_name(&pod.metadata);
     format!("{namespace}/{name}")
 }
 
@@ -269,7 +269,7 @@ impl KubeExecutor {
         };
         // Pods that wait for room are not evicted in this pass.
         let waits = |p: &&Pod| match (&surge, &p.metadata.uid) {
-            (Some(surge), Some(uid)) => surge.waiting.contains(uid),
+            (Some(surge), Some(uid)) => surge.waiting.contains_key(uid),
             _ => false,
         };
         let (waiting, due): (Vec<&Pod>, Vec<&Pod>) = due.into_iter().partition(waits);
@@ -341,7 +341,7 @@ impl KubeExecutor {
         grace_until: Option<DateTime<Utc>>,
     ) -> Result<Eviction, KubeError> {
         let clients = &self.clients;
-        let (namespace, name) = super::budget::ns_name(&pod.metadata);
+        let (namespace, name) = super::api::ns_name(&pod.metadata);
         let own_grace = (pod.spec.as_ref()).and_then(|s| s.termination_grace_period_seconds);
         let mut told = 0;
         loop {

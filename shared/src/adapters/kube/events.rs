@@ -20,8 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 
 use super::api::FIELD_MANAGER;
+use super::api::ns_name;
 use super::api::retry::with_retry;
-use super::budget::ns_name;
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError};
 use super::executor::KubeExecutor;

@@ -11,7 +11,6 @@ use chrono::{DateTime, Utc};
 
 use super::connect::ClusterClient;
 use crate::domain::admission::RefusedBy;
-use crate::domain::budget::Budget;
 use crate::domain::config::Config;
 use crate::ports::{Clock, LifecycleCompleter, PoolStore};
 
@@ -166,4 +165,4 @@ impl SurgeMemory {
 }
 
 /// Per namespace: when its budgets were listed, and the ones that let their pods go in rounds.
-pub(super) type KeptBudgets = BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>;
+pub(super) type KeptBudgets = BTreeMap<String, (DateTime<Utc>, Vec<::kube::core::Selector>)>;

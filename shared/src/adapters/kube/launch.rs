@@ -73,22 +73,13 @@ async fn look(clients: &ClusterClient, a: &NodeAction) -> Result<Look, KubeError
 /// Whether the node's `Ready` condition is `True`; otherwise what it says (`Ready is False:
 /// KubeletNotReady`, `no Ready condition yet`).
 fn ready(node: &Node) -> Result<(), String> {
-    let condition = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-    match condition {
-        Some(c) if c.status == "True" => Ok(()),
-        Some(c) => Err(format!(
-            "Ready is {}{}",
-            c.status,
-            c.reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
-        )),
-        None => Err("no Ready condition yet".into()),
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let ready = (conditions.into_iter().flatten()).find(|c| c.type_ == "Ready");
+    let c = ready.ok_or("no Ready condition yet")?;
+    let reason = c.reason.as_deref().map(|r| format!(": {r}"));
+    match c.status.as_str() {
+        "True" => Ok(()),
+        status => Err(format!("Ready is {status}{}", reason.unwrap_or_default())),
     }
 }
 

@@ -15,7 +15,6 @@
 //! [`Executor`]: crate::ports::Executor
 
 pub(crate) mod api;
-pub(crate) mod budget;
 mod connect;
 pub(crate) mod cordon;
 mod delete;

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    Pod, PodSpec,
+    Affinity, Container, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
@@ -32,7 +31,7 @@ pub(crate) fn placeholder_for(
     evict_by: DateTime<Utc>,
 ) -> Pod {
     let spec = pod.spec.clone().unwrap_or_default();
-    let (pod_ns, pod_name) = super::budget::ns_name(&pod.metadata);
+    let (pod_ns, pod_name) = super::api::ns_name(&pod.metadata);
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let owner =
         node_uid.map(|uid| json!([{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]));
@@ -108,24 +107,15 @@ fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
     let not_here = requirement("metadata.name", "NotIn", Some(vec![node.to_string()]));
     let not_cordoned = requirement(LABEL_CORDONED, "DoesNotExist", None);
     let mut affinity = affinity.unwrap_or_default();
-    let node_affinity = affinity
-        .node_affinity
-        .get_or_insert_with(NodeAffinity::default);
-    let required = node_affinity
-        .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(NodeSelector::default);
-    if required.node_selector_terms.is_empty() {
-        required
-            .node_selector_terms
-            .push(NodeSelectorTerm::default());
+    let node_affinity = affinity.node_affinity.get_or_insert_default();
+    let required = &mut node_affinity.required_during_scheduling_ignored_during_execution;
+    let terms = &mut required.get_or_insert_default().node_selector_terms;
+    if terms.is_empty() {
+        terms.push(NodeSelectorTerm::default());
     }
-    for term in &mut required.node_selector_terms {
-        term.match_fields
-            .get_or_insert_with(Vec::new)
-            .push(not_here.clone());
-        term.match_expressions
-            .get_or_insert_with(Vec::new)
-            .push(not_cordoned.clone());
+    for term in terms {
+        (term.match_fields.get_or_insert_default()).push(not_here.clone());
+        (term.match_expressions.get_or_insert_default()).push(not_cordoned.clone());
     }
     // Pod (anti-)affinity terms that meant their pod's own namespace (no `namespaces`, no
     // `namespaceSelector`) name it: a placeholder in forewarn's namespace then selects what its

@@ -35,11 +35,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ::kube::api::{DeleteParams, ListParams, PostParams};
+use ::kube::core::{Selector, SelectorExt};
 use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
 use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
@@ -49,7 +50,6 @@ use super::executor::{BUDGETS_KEPT, EVICTIONS_AT_ONCE, KubeExecutor, SurgeMemory
 use super::outcome::DrainReport;
 use super::placeholder::placeholder_for;
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
-use crate::domain::budget::Budget;
 use crate::domain::surge::{
     ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID,
     LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen,
@@ -60,10 +60,8 @@ use crate::domain::surge::{
 #[derive(Debug, Default)]
 pub(crate) struct SurgePass {
     /// The uids of the pods that wait for room (not evicted in this pass), each with a
-    /// placeholder holding room for it.
-    pub waiting: BTreeSet<String>,
-    /// The earliest latest safe time of the waiting pods.
-    pub evict_by: Option<DateTime<Utc>>,
+    /// placeholder holding room for it, and its latest safe time.
+    pub waiting: BTreeMap<String, DateTime<Utc>>,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
 }
@@ -74,15 +72,9 @@ impl SurgePass {
     /// [`RoomWait::next_look`] is when to look again (sooner, to see placeholders run).
     pub(crate) fn room(&self, deadline: DateTime<Utc>) -> Option<RoomWait> {
         Some(RoomWait {
-            until: self.evict_by?.min(deadline),
+            until: (*self.waiting.values().min()?).min(deadline),
             placeholders: u32::try_from(self.waiting.len()).unwrap_or(u32::MAX),
         })
-    }
-
-    /// The pod of `uid` waits for room until `latest` (its placeholder is there).
-    fn wait(&mut self, uid: &str, latest: DateTime<Utc>) {
-        self.waiting.insert(uid.to_string());
-        self.evict_by = Some(self.evict_by.map_or(latest, |e| e.min(latest)));
     }
 }
 
@@ -156,16 +148,13 @@ impl KubeExecutor {
         if first {
             let budgets = budget_rounds(clients, memory, &surging);
             let budgets = crate::ports::until(clients.clock(), end, budgets).await;
-            for (uid, r) in budgets.unwrap_or_default() {
+            for uid in budgets.unwrap_or_default() {
                 let e = rounds.entry(uid).or_default();
-                *e = (*e).max(r);
+                *e = (*e).max(1);
             }
         }
         let latest_of = |pod: &Pod, uid: &str| {
-            let grace = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds);
+            let grace = (pod.spec.as_ref()).and_then(|s| s.termination_grace_period_seconds);
             latest_safe(deadline, grace, rounds.get(uid).copied().unwrap_or(0))
         };
         // Every pod is due by its time: what its placeholder does changes nothing now (the next
@@ -189,10 +178,10 @@ impl KubeExecutor {
             }
             if placeholder.is_some() {
                 // Made, not running yet (waiting for room: the autoscaler's node).
-                pass.wait(uid, latest);
+                pass.waiting.insert(uid.to_string(), latest);
                 continue;
             }
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let namespace = namespace(pod);
             if memory.refuses(namespace, now) {
                 // Refused lately: no room can be asked for this pod, waiting would gain nothing.
                 tracing::debug!(
@@ -231,7 +220,7 @@ impl KubeExecutor {
                     continue;
                 }
             }
-            pass.wait(&made.uid, made.latest);
+            pass.waiting.insert(made.uid.clone(), made.latest);
             by_pod.insert(made.uid, made.placeholder);
         }
         pass.listed = by_pod.into_values().collect();
@@ -263,14 +252,12 @@ async fn kept_placeholders(
     };
     let mut by_pod = BTreeMap::new();
     for ph in existing {
-        let uid = annotation(&ph, ANNOTATION_POD_UID)
-            .unwrap_or_default()
-            .to_string();
-        let present = listed
+        let uid = annotation(&ph, ANNOTATION_POD_UID).unwrap_or_default();
+        if listed
             .iter()
-            .any(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
-        if present {
-            by_pod.insert(uid, ph);
+            .any(|p| p.metadata.uid.as_deref() == Some(uid))
+        {
+            by_pod.insert(uid.to_string(), ph);
         } else {
             let deleted = delete_all(clients, std::slice::from_ref(&ph));
             let deleted = crate::ports::until(clock, end, deleted).await;
@@ -314,10 +301,8 @@ pub(crate) async fn room_of(
     clients: &ClusterClient,
     nodes: &[String],
 ) -> Result<BTreeMap<String, RoomSeen>, KubeError> {
-    let mut seen: BTreeMap<String, RoomSeen> = nodes
-        .iter()
-        .map(|n| (n.clone(), RoomSeen::default()))
-        .collect();
+    let none = RoomSeen::default();
+    let mut seen: BTreeMap<_, _> = nodes.iter().map(|n| (n.clone(), none)).collect();
     for ph in of_nodes(clients, nodes).await? {
         let node = annotation(&ph, ANNOTATION_NODE).unwrap_or_default();
         let running = u32::from(running_elsewhere(&ph, node));
@@ -525,6 +510,11 @@ pub(crate) async fn delete_expired(
         .collect())
 }
 
+/// The namespace of `pod` (`default` when unset).
+fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
 /// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
 pub(crate) fn controller(pod: &Pod) -> Option<(&str, &str)> {
     (pod.owner_references().iter())
@@ -532,27 +522,25 @@ pub(crate) fn controller(pod: &Pod) -> Option<(&str, &str)> {
         .map(|r| (r.kind.as_str(), r.name.as_str()))
 }
 
-/// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
-/// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
-/// budgets per namespace, kept a minute; a list the API refuses (an RBAC without the grant)
-/// counts no round, and is logged; one that fails otherwise counts none in this pass only.
+/// The uids of `pods` (a drain's surging pods) that a budget selects which cannot let all of
+/// its pods go at once (its status's `desiredHealthy` above 0, as the disruption controller
+/// computes it: see [`crate::domain::surge`]): each one earlier round. One list of budgets per
+/// namespace, kept a minute; a list the API refuses (an RBAC without the grant) counts no
+/// round, and is logged; one that fails otherwise counts none in this pass only.
 pub(crate) async fn budget_rounds(
     clients: &ClusterClient,
     memory: &SurgeMemory,
     pods: &[(&Pod, &str)],
-) -> BTreeMap<String, usize> {
-    let namespaces: BTreeSet<&str> = pods
-        .iter()
-        .map(|(p, _)| p.metadata.namespace.as_deref().unwrap_or("default"))
-        .collect();
-    let mut serial: Vec<Budget> = Vec::new();
+) -> BTreeSet<String> {
+    let namespaces: BTreeSet<&str> = pods.iter().map(|(p, _)| namespace(p)).collect();
+    let mut serial: Vec<(&str, Selector)> = Vec::new();
     let mut kept = memory.budgets.lock().await;
     for ns in namespaces {
         let now = clients.clock().now();
-        if let Some((at, budgets)) = kept.get(ns)
+        if let Some((at, selectors)) = kept.get(ns)
             && now - *at < BUDGETS_KEPT
         {
-            serial.extend(budgets.iter().cloned());
+            serial.extend(selectors.iter().map(|s| (ns, s.clone())));
             continue;
         }
         let client = match clients.client().await {
@@ -567,38 +555,34 @@ pub(crate) async fn budget_rounds(
         let params = ListParams::default();
         let listed = match with_retry(clients, "list", &what, || api.list(&params)).await {
             Ok(list) => list.items,
-            Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
+            Err(e) => {
                 tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
+                // The API server in trouble (not a refusal): nothing is kept, so the
+                // namespace's next drain lists again.
+                if !matches!(e.status, Some(401 | 403 | 404)) {
+                    continue;
+                }
                 Vec::new()
             }
-            // Anything else (the API server in trouble): this drain's placeholders go without
-            // the rounds; nothing is kept, so the namespace's next drain lists again.
-            Err(e) => {
-                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
-                continue;
-            }
         };
-        let budgets: Vec<Budget> = listed
-            .iter()
-            .filter_map(|pdb| {
-                let expected = pdb
-                    .status
-                    .as_ref()
-                    .map_or(0, |s| i64::from(s.expected_pods));
-                let budget = super::budget::budget(pdb).ok()?;
-                (budget.allowed_when_healthy(expected) < expected).then_some(budget)
-            })
+        let in_rounds =
+            |s: &PodDisruptionBudgetStatus| s.expected_pods > 0 && s.desired_healthy > 0;
+        let selectors: Vec<Selector> = (listed.into_iter())
+            .filter(|pdb| pdb.status.as_ref().is_some_and(in_rounds))
+            .filter_map(|pdb| Selector::try_from(pdb.spec?.selector?).ok())
+            .filter(|s| !s.selects_all())
             .collect();
-        serial.extend(budgets.iter().cloned());
-        kept.insert(ns.to_string(), (now, budgets));
+        serial.extend(selectors.iter().map(|s| (ns, s.clone())));
+        kept.insert(ns.to_string(), (now, selectors));
     }
     drop(kept);
-    pods.iter()
+    (pods.iter())
         .filter(|(pod, _)| {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            serial.iter().any(|b| b.selects(ns, pod.labels()))
+            serial
+                .iter()
+                .any(|(n, s)| *n == namespace(pod) && s.matches(pod.labels()))
         })
-        .map(|(_, uid)| (uid.to_string(), 1))
+        .map(|(_, uid)| uid.to_string())
         .collect()
 }
 

@@ -6,8 +6,18 @@
 //!
 //! [`ClusterClient`]: super::ClusterClient
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 pub(crate) mod rate_limit;
 pub(crate) mod retry;
 
 /// The name forewarn uses as field manager, Event reporting controller and RBAC group.
 pub const FIELD_MANAGER: &str = "forewarn";
+
+/// The namespace (`default` when unset) and the name of an object.
+pub fn ns_name(meta: &ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}

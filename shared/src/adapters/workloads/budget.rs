@@ -1,11 +1,12 @@
-//! Kubernetes objects read into the domain's types: a PodDisruptionBudget with its label
-//! selector and its numbers ([`budget`]), what a drain's surge counts its rounds by; the audit
-//! reads its budgets and workloads' selectors the same way (`adapters::workloads`).
+//! Kubernetes objects read into the domain's types, as the audit reads them: a
+//! PodDisruptionBudget with its label selector and its numbers ([`budget`]), and workloads'
+//! selectors ([`selector`]).
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::adapters::kube::api::ns_name;
 use crate::domain::budget::{Budget, IntOrPercent, Requirement, Selector};
 use crate::domain::names::UnknownName;
 
@@ -16,14 +17,6 @@ pub struct WorkloadError {
     /// `poddisruptionbudget/<ns>/<name>`, `deployment/<ns>/<name>`, ...
     pub object: String,
     pub message: String,
-}
-
-/// The namespace (`default` when unset) and the name of an object.
-pub fn ns_name(meta: &ObjectMeta) -> (String, String) {
-    (
-        meta.namespace.clone().unwrap_or_else(|| "default".into()),
-        meta.name.clone().unwrap_or_default(),
-    )
 }
 
 /// A `metav1.LabelSelector` into the domain's, checking its operators.
