@@ -8,15 +8,20 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::adapters::expander::KubeExpander;
-use crate::adapters::kube::{
-    ClusterClient, KubeExecutor, delete_expired, executor_failed, get_node,
-};
+use ::kube::ResourceExt;
+use ::kube::api::ListParams;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::adapters::kube::api::rate_limit::Lane;
+use crate::adapters::kube::surge::{annotated_time, delete_all, list};
+use crate::adapters::kube::{ClusterClient, KubeError, KubeExecutor, executor_failed, get_node};
 use crate::adapters::preflight::{PreflightScope, prove};
 use crate::app::fleet::Cluster;
 use crate::app::upkeep::{ClusterUpkeep, Upkeep};
 use crate::domain::clusters::ClusterId;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::preflight::{Capability, Proof};
+use crate::domain::surge::{ANNOTATION_EXPIRES, NAMESPACE};
 use crate::ports::{Executor, PortError};
 
 #[async_trait]
@@ -45,6 +50,32 @@ impl ClusterUpkeep for KubeExecutor {
         };
         prove(&self.clients, &self.config, &scope).await
     }
+}
+
+/// Deletes the placeholders of forewarn's namespace that expired before `now` (the sweeper's
+/// clean-up: a placeholder never outlives its event by more than a sweep); answers their
+/// `namespace/name`. Every one is tried: a delete that fails does not stop the others, and the
+/// failures are answered after them (an error naming how many). `dry_run`: deletes nothing,
+/// answers the same.
+async fn delete_expired(
+    clients: &ClusterClient,
+    now: DateTime<Utc>,
+    dry_run: bool,
+) -> Result<Vec<String>, KubeError> {
+    // Behind any other request of the sweep, as a drain's are behind cordons.
+    let clients = &clients.in_lane(Lane::Later);
+    let all = list(clients, ListParams::default(), "placeholders").await?;
+    // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
+    let expired: Vec<Pod> = (all.into_iter())
+        .filter(|ph| annotated_time(ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now))
+        .collect();
+    if !dry_run && let (_, Some(failed)) = delete_all(clients, &expired).await {
+        return Err(failed);
+    }
+    Ok(expired
+        .iter()
+        .map(|ph| format!("{NAMESPACE}/{}", ph.name_any()))
+        .collect())
 }
 
 /// A live cluster reached through `clients`: its nodes read through them, `executor` (when the

@@ -49,4 +49,3 @@ pub use executor::{ExecutorSettings, KubeExecutor};
 pub use node_facts::node_facts;
 pub use outcome::{DrainReport, EventOutcome, NodeOutcome};
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
-pub(crate) use surge::delete_expired;

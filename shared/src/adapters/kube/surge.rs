@@ -42,7 +42,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 
-use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError, status_code};
@@ -51,9 +50,9 @@ use super::outcome::DrainReport;
 use super::placeholder::placeholder_for;
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
 use crate::domain::surge::{
-    ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID,
-    LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen,
-    RoomWait, STEP_BUDGET, due, latest_safe, node_label_value, placeholder_name,
+    ANNOTATION_EVICT_BY, ANNOTATION_NODE, ANNOTATION_POD_UID, LABEL_PLACEHOLDER,
+    LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen, RoomWait, STEP_BUDGET,
+    due, latest_safe, node_label_value, placeholder_name,
 };
 
 /// What a drain pass's surge decided.
@@ -101,7 +100,7 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 }
 
 /// The time (RFC 3339) annotation `key` of `pod` says, if it says one.
-fn annotated_time(pod: &Pod, key: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn annotated_time(pod: &Pod, key: &str) -> Option<DateTime<Utc>> {
     annotation(pod, key)?.parse().ok()
 }
 
@@ -318,7 +317,7 @@ pub(crate) async fn room_of(
 
 /// The placeholders of forewarn's namespace (listed with `params`: by a label, an index), by
 /// name and class.
-async fn list(
+pub(crate) async fn list(
     clients: &ClusterClient,
     params: ListParams,
     what: &str,
@@ -482,32 +481,6 @@ pub(crate) async fn delete_all(
         first: Box::new(first),
     });
     (tried - failed, partly)
-}
-
-/// Deletes the placeholders of forewarn's namespace that expired before `now` (the sweeper's
-/// clean-up: a placeholder never outlives its event by more than a sweep); answers their
-/// `namespace/name`. Every one is tried: a delete that fails does not stop the others, and the
-/// failures are answered after them (an error naming how many). `dry_run`: deletes nothing,
-/// answers the same.
-pub(crate) async fn delete_expired(
-    clients: &ClusterClient,
-    now: DateTime<Utc>,
-    dry_run: bool,
-) -> Result<Vec<String>, KubeError> {
-    // Behind any other request of the sweep, as a drain's are behind cordons.
-    let clients = &clients.in_lane(Lane::Later);
-    let all = list(clients, ListParams::default(), "placeholders").await?;
-    // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
-    let expired: Vec<Pod> = (all.into_iter())
-        .filter(|ph| annotated_time(ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now))
-        .collect();
-    if !dry_run && let (_, Some(failed)) = delete_all(clients, &expired).await {
-        return Err(failed);
-    }
-    Ok(expired
-        .iter()
-        .map(|ph| format!("{NAMESPACE}/{}", ph.name_any()))
-        .collect())
 }
 
 /// The namespace of `pod` (`default` when unset).
