@@ -23,7 +23,7 @@ use super::error::{KubeError, Refusal};
 use super::events::{EventType, Said};
 use super::executor::{CONFLICT_ATTEMPTS, KubeExecutor};
 use super::node_facts::node_facts;
-use super::outcome::{CordonOutcome, NodeOutcome};
+use super::outcome::NodeOutcome;
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::cordon_record::{
     ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, read, read_unverified,
@@ -173,9 +173,8 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let keep =
         matches!(spec.keys, RecordKeys::Unreadable) && annotations.contains_key(ANNOTATION_CORDON);
     let record = record.filter(|_| !keep);
-    let record_ok = keep
-        || record.is_none()
-        || record.as_ref() == before.as_ref().map(|b| b.unsigned()).as_ref();
+    let record_ok =
+        record.is_none() || record.as_ref() == before.as_ref().map(|b| b.unsigned()).as_ref();
     if unschedulable && taints.as_slice() == existing && label_ok && record_ok {
         return None;
     }
@@ -266,6 +265,20 @@ pub(crate) async fn get_node(
 /// The node's taints.
 fn taints_of(node: &Node) -> &[Taint] {
     (node.spec.as_ref().and_then(|s| s.taints.as_deref())).unwrap_or_default()
+}
+
+/// What a cordon did.
+enum Cordon {
+    /// Patched (after more than one try when the node changed under us).
+    Cordoned,
+    /// The node already had exactly that state: nothing sent.
+    Already,
+    /// Dry run: a patch would be sent.
+    Would,
+    /// The node is gone.
+    Gone,
+    /// Read again after a conflict, the node no longer passes verification: why.
+    Refused(String),
 }
 
 /// What one attempt of a node write does, decided from the node as just read.
@@ -368,49 +381,45 @@ impl KubeExecutor {
     ) -> Result<(bool, bool), KubeError> {
         let spec = CordonSpec::new(&self.config, kind, a, self.record_keys(node).await);
         let dry_run = self.settings.dry_run;
-        // `Err`: the node is gone (`None`), or changed and refused (why): nothing more is done.
-        let write = self.write_node(node.clone(), "cordoned", Err(None), |node, attempt| {
+        let write = self.write_node(node.clone(), "cordoned", Cordon::Gone, |node, attempt| {
             if attempt > 1
                 && let Err(why) = node_facts(node).verify_runs(&a.instance_id)
             {
                 tracing::warn!(%why, "the node changed: refusing to cordon it");
-                return Step::Done(Err(Some(why.to_string())));
+                return Step::Done(Cordon::Refused(why.to_string()));
             }
             match cordon_patch(node, &spec) {
                 // Already so; on a later attempt, someone cordoned it the same way in between.
-                None if attempt == 1 => Step::Done(Ok(CordonOutcome::AlreadyCordoned)),
-                None => Step::Done(Ok(CordonOutcome::Cordoned)),
-                Some(_) if dry_run => Step::Done(Ok(CordonOutcome::WouldCordon)),
-                Some(patch) => Step::Patch(patch, Ok(CordonOutcome::Cordoned)),
+                None if attempt == 1 => Step::Done(Cordon::Already),
+                None => Step::Done(Cordon::Cordoned),
+                Some(_) if dry_run => Step::Done(Cordon::Would),
+                Some(patch) => Step::Patch(patch, Cordon::Cordoned),
             }
         });
         let name = a.node.as_deref().unwrap_or_default();
-        let cordoned = match write.await? {
-            Ok(cordoned) => cordoned,
-            Err(refused) => {
-                match refused {
-                    Some(why) => out.refuse(why),
-                    None => out.say(format!("node/{name} is gone")),
-                }
+        // What is said, whether the node is seen cordoned, and whether the Event is owed.
+        let (said, seen, event) = match write.await? {
+            // Gone, or changed and refused: nothing more is done to it.
+            Cordon::Gone => {
+                out.say(format!("node/{name} is gone"));
                 return Ok((true, false));
             }
-        };
-        let already = cordoned == CordonOutcome::AlreadyCordoned;
-        // Found cordoned with forewarn's taint when announced: the event's first pass (or an
-        // earlier delivery) did it for this event.
-        let ours = already_ours && already;
-        let said = match cordoned {
-            CordonOutcome::Cordoned => format!("cordoned node/{name}"),
-            CordonOutcome::AlreadyCordoned if ours => format!("cordoned node/{name}"),
-            CordonOutcome::AlreadyCordoned => format!("node/{name} already cordoned"),
-            CordonOutcome::WouldCordon => format!("would cordon and taint node/{name}"),
+            Cordon::Refused(why) => {
+                out.refuse(why);
+                return Ok((true, false));
+            }
+            Cordon::Cordoned => (format!("cordoned node/{name}"), true, true),
+            // Found cordoned with forewarn's taint when announced: the event's first pass (or an
+            // earlier delivery) did it for this event.
+            Cordon::Already if already_ours => (format!("cordoned node/{name}"), true, true),
+            Cordon::Already => (format!("node/{name} already cordoned"), true, false),
+            Cordon::Would => (format!("would cordon and taint node/{name}"), false, false),
         };
         out.say(said);
-        let changed = cordoned == CordonOutcome::Cordoned;
-        if changed || already {
+        if seen {
             out.result.cordoned_at = Some(self.clients.clock().now());
         }
-        Ok((false, changed || ours))
+        Ok((false, event))
     }
 
     /// Undoes forewarn's cordon of `node` (read live) as `undo` says, with an `Uncordoned`

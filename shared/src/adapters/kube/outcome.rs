@@ -8,17 +8,6 @@ use crate::domain::report::DrainSummary;
 use crate::domain::surge::RoomWait;
 use crate::ports::ActionResult;
 
-/// What a cordon did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CordonOutcome {
-    /// Patched (after more than one try when the node changed under us).
-    Cordoned,
-    /// The node already had exactly that state: nothing sent.
-    AlreadyCordoned,
-    /// Dry run: a patch would be sent.
-    WouldCordon,
-}
-
 /// What a delete did; displayed for people (the action's detail).
 #[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub(crate) enum DeleteOutcome {
