@@ -91,12 +91,9 @@ pub fn presigned_url(
     let (_headers, query) = instructions.into_parts();
     // Percent-encoded (every value is base64, hex, digits or `/`, `;`, `-`: encoded as SigV4's
     // canonical query string encodes them, so the URL sent is the one signed).
-    let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-    let mut url = base;
-    for (name, value) in query {
-        url.push_str(&format!("&{}={}", encode(name), encode(&value)));
-    }
-    Ok(url)
+    let mut url = url::Url::parse(&base).map_err(|e| fail(e.into()))?;
+    url.query_pairs_mut().extend_pairs(query);
+    Ok(url.into())
 }
 
 /// The EKS token for `cluster`, signed at `time`.
