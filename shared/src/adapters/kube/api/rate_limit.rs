@@ -61,7 +61,7 @@ pub(crate) enum Idle {
 /// turn waits for no token then, it takes only a free one.
 pub(crate) const LOADED_AFTER: Duration = Duration::from_secs(1);
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Bucket {
     tokens: f64,
     /// When the tokens were counted (`None`: never yet; the bucket is full).
@@ -82,9 +82,7 @@ impl RateLimiter {
             burst,
             state: Mutex::new(Bucket {
                 tokens: burst,
-                at: None,
-                paused_until: None,
-                last_free: None,
+                ..Bucket::default()
             }),
             later: tokio::sync::Mutex::new(()),
             waiting: Arc::default(),
