@@ -206,7 +206,8 @@ impl KubeExecutor {
     /// ([`KubeExecutor::evict`]), and returns. The report is `pending` while anything is left to
     /// evict or to wait for and the deadline has not passed; past the deadline every pod still to
     /// evict gets one attempt and the drain ends, reporting what is still there (`left`,
-    /// `terminating`).
+    /// `terminating`) — unless its Events are left to the instance's end
+    /// ([`KubeExecutor::leave_late_events`]).
     pub(super) async fn evictions(
         &self,
         plan: &Plan,
@@ -291,6 +292,7 @@ impl KubeExecutor {
                 None => 0,
             };
         }
+        self.leave_late_events(a, pass, &mut report);
         Ok(report)
     }
 
@@ -381,7 +383,7 @@ impl KubeExecutor {
     /// interruption ahead of other nodes' evictions. Then the drain stays pending until the
     /// instance's end: its next pass, refused as late, records the Events of the decision alone
     /// (`Pass::Announce`); the drain's end gets no Event.
-    pub(super) fn leave_late_events(&self, a: &NodeAction, pass: Pass, report: &mut DrainReport) {
+    fn leave_late_events(&self, a: &NodeAction, pass: Pass, report: &mut DrainReport) {
         if let Some(deadline) = a.deadline.filter(|_| a.grace_to_deadline)
             && pass.is_first_drain()
             && !report.pending

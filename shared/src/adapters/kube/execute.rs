@@ -249,14 +249,11 @@ impl KubeExecutor {
         let (gone, cordoned) = self.cordon_node(plan.kind, a, &node, announce, out).await?;
         // The evictions (and placeholders) first, the Events of the decision after them: in a
         // mass interruption every request before a node's evictions delays them.
-        let mut drained = if a.action == Action::CordonDrain && !gone {
+        let drained = if a.action == Action::CordonDrain && !gone {
             Some(self.evictions(plan, a, &node, pass).await?)
         } else {
             None
         };
-        if let Some(report) = &mut drained {
-            self.leave_late_events(a, pass, report);
-        }
         // A drain that goes on leaves the Events of the decision to its next pass (`owed`): in
         // a mass interruption every request here delays the next node's evictions.
         if drained.as_ref().is_none_or(|d| !d.pending) {
