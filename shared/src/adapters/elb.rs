@@ -151,20 +151,19 @@ impl ElbTargets {
         };
         let fresh = (known.at).is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
         let start = (!fresh).then(|| known.finding.clone().try_lock_owned().ok());
+        let Some(finding) = start.flatten() else {
+            return Ok((known.arns, 0));
+        };
         // Nothing known: found now (or by the discovery under way, whose pages land here).
-        let cold = known.at.is_none() && known.arns.is_empty();
-        match start.flatten() {
-            Some(finding) if cold => return self.discover(tags, key, finding).await,
-            Some(finding) => {
-                let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = this.discover(&tags, &key, finding).await {
-                        tracing::warn!(cluster = %key, error = %e, "target groups not found again");
-                    }
-                });
-            }
-            None => {}
+        if known.at.is_none() && known.arns.is_empty() {
+            return self.discover(tags, key, finding).await;
         }
+        let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
+        tokio::spawn(async move {
+            if let Err(e) = this.discover(&tags, &key, finding).await {
+                tracing::warn!(cluster = %key, error = %e, "target groups not found again");
+            }
+        });
         Ok((known.arns, 0))
     }
 
@@ -196,18 +195,14 @@ impl ElbTargets {
             // What the filter asked for, checked again: only a target group of the cluster.
             let ours = (page.resource_tag_mapping_list().iter())
                 .filter(|m| tagged_for(m.tags().iter().map(|t| (t.key(), t.value())), cluster));
-            let arns = ours.filter_map(|m| m.resource_arn());
-            found.extend(
-                arns.filter(|arn| arn.contains(":targetgroup/"))
-                    .map(String::from),
-            );
+            let arns =
+                (ours.filter_map(|m| m.resource_arn())).filter(|a| a.contains(":targetgroup/"));
+            let arns: Vec<String> = arns.map(String::from).collect();
             // Partial results are kept: what a cut-short discovery found is known.
             let mut groups = lock(&self.groups);
-            groups
-                .entry(key.clone())
-                .or_default()
-                .arns
-                .extend(found.iter().cloned());
+            let known = groups.entry(key.clone()).or_default();
+            known.arns.extend(arns.iter().cloned());
+            found.extend(arns);
         }
         let mut groups = lock(&self.groups);
         let known = groups.entry(key.clone()).or_default();

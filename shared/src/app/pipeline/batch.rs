@@ -14,8 +14,8 @@ pub(super) fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usiz
     type Key<'r> = (&'r str, Option<(u32, Option<&'r str>)>);
     let mut first_of: HashMap<Key<'_>, usize> = HashMap::new();
     let mut repeats: Vec<(usize, usize)> = Vec::new();
-    let mut lanes: Vec<Vec<usize>> = Vec::new();
-    let mut lane_of: HashMap<&str, usize> = HashMap::new();
+    // Each lane with the instances of its events.
+    let mut lanes: Vec<(BTreeSet<&str>, Vec<usize>)> = Vec::new();
     for (i, record) in records.iter().enumerate() {
         let Ok(event) = &record.event else { continue };
         let pass = record.continuation.as_ref();
@@ -25,32 +25,23 @@ pub(super) fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usiz
             continue;
         }
         first_of.insert(key, i);
-        // The lanes of its instances become one.
-        let ids = event.instance_ids.iter().map(String::as_str);
-        let touched: BTreeSet<usize> = ids
-            .clone()
-            .filter_map(|id| lane_of.get(id).copied())
-            .collect();
-        let lane = touched.first().copied().unwrap_or(lanes.len());
-        if lane == lanes.len() {
-            lanes.push(Vec::new());
+        // The lanes of its instances become one, where the first of them was.
+        let ids: BTreeSet<&str> = event.instance_ids.iter().map(String::as_str).collect();
+        let shares = |(of, _): &mut (BTreeSet<&str>, Vec<usize>)| !of.is_disjoint(&ids);
+        let at = lanes.iter_mut().position(shares).unwrap_or(lanes.len());
+        let (mut of, mut lane) = (ids.clone(), vec![i]);
+        for (ids, items) in lanes.extract_if(.., shares).collect::<Vec<_>>() {
+            of.extend(ids);
+            lane.extend(items);
         }
-        for &other in touched.iter().skip(1) {
-            let moved = std::mem::take(&mut lanes[other]);
-            lanes[lane].extend(moved);
-        }
-        lane_of
-            .values_mut()
-            .filter(|l| touched.contains(&**l))
-            .for_each(|l| *l = lane);
-        lane_of.extend(ids.map(|id| (id, lane)));
-        lanes[lane].push(i);
+        lanes.insert(at, (of, lane));
     }
-    lanes.retain(|lane| !lane.is_empty());
-    for lane in &mut lanes {
-        lane.sort_by_key(|&i| (records[i].event.as_ref().map(|e| e.time).ok(), i));
-    }
-    (lanes, repeats)
+    let by_time = |&i: &usize| (records[i].event.as_ref().map(|e| e.time).ok(), i);
+    let lanes = lanes.into_iter().map(|(_, mut lane)| {
+        lane.sort_by_key(by_time);
+        lane
+    });
+    (lanes.collect(), repeats)
 }
 
 /// `lanes` split by `pred`: the lanes of the records it holds for, and the lanes of the others
@@ -76,20 +67,18 @@ pub(super) fn follow_firsts(
     repeats: Vec<(usize, usize)>,
 ) {
     for (i, first) in repeats {
-        let first_report = reports[first].clone();
         let record = &records[i];
-        let report = match first_report {
+        let report = match reports[first].clone() {
             Some(f) if f.outcome == Outcome::Failed => Report::new(record).failed_as(
                 format!("same event id as {}, which failed", f.origin),
                 !f.permanent,
             ),
-            Some(f) => {
-                let mut r = f.clone();
-                r.origin = record.origin.to_string();
+            Some(mut r) => {
+                let first = std::mem::replace(&mut r.origin, record.origin.to_string());
                 r.message_id = record.origin.message_id.clone();
-                if f.outcome != Outcome::Ignored {
+                if r.outcome != Outcome::Ignored {
                     r.outcome = Outcome::Duplicate;
-                    r.reason = Some(format!("same event id as {}", f.origin));
+                    r.reason = Some(format!("same event id as {first}"));
                 }
                 r
             }

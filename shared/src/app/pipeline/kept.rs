@@ -65,8 +65,7 @@ impl KeptRetries {
     /// twin is in the batch are dropped.
     pub fn take_due(&self, now: DateTime<Utc>, queued: impl Fn(&str) -> bool) -> Vec<Kept> {
         let mut copies = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut due, later): (Vec<Kept>, Vec<Kept>) = copies.drain(..).partition(|k| k.due <= now);
-        *copies = later;
+        let mut due: Vec<Kept> = copies.extract_if(.., |k| k.due <= now).collect();
         due.retain(|k| !queued(&k.body));
         due.sort_by_key(|k| k.due);
         due

@@ -283,13 +283,8 @@ impl Pipeline<'_> {
         seen: BatchFacts<'_>,
     ) -> Vec<Vec<(usize, Handled)>> {
         self.lanes(lanes, |i| async move {
-            let work = self.handle(&records[i], seen);
-            (
-                i,
-                self.in_time(&records[i], work)
-                    .await
-                    .unwrap_or_else(Handled::Done),
-            )
+            let work = self.in_time(&records[i], self.handle(&records[i], seen));
+            (i, work.await.unwrap_or_else(Handled::Done))
         })
         .await
     }
@@ -303,13 +298,13 @@ impl Pipeline<'_> {
         now: DateTime<Utc>,
     ) -> Vec<(usize, Report)> {
         let done = self.lanes(lanes, |(i, handled)| async move {
-            let report = match (handled, &records[i].event) {
-                (Handled::Pending(report, plan), Ok(event)) => {
-                    let work = self.carry_on_here(event, *plan, now, report);
+            let report = match handled {
+                Handled::Pending(report, plan) => {
+                    let work = self.carry_on_here(&records[i], *plan, now, report);
                     let (Ok(report) | Err(report)) = self.in_time(&records[i], work).await;
                     report
                 }
-                (Handled::Done(report) | Handled::Pending(report, _), _) => report,
+                Handled::Done(report) => report,
             };
             (i, report)
         });
@@ -423,23 +418,23 @@ impl Pipeline<'_> {
         }
     }
 
-    /// The drain of `plan` that the first pass of `event` (at `now`) left pending, carried on
-    /// here pass after pass; then, if it did not fail, the event recorded (a failed drain leaves
-    /// the event unrecorded, so that it comes back whole).
+    /// The drain of `plan` that the first pass of `record`'s event (at `now`) left pending,
+    /// carried on here pass after pass; then, if it did not fail, the event recorded (a failed
+    /// drain leaves the event unrecorded, so that it comes back whole).
     async fn carry_on_here(
         &self,
-        event: &Event,
+        record: &Record,
         plan: Plan,
         now: DateTime<Utc>,
         mut report: Report,
     ) -> Report {
-        let Some(executor) = self.executor else {
+        let (Some(executor), Ok(event)) = (self.executor, &record.event) else {
             return report;
         };
-        let next = Continuation::first(now, event.time, plan.clone());
-        let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
+        let first = Continuation::first(now, event.time, plan.clone());
+        let passes = self.drain_passes(executor, &plan, first, record, &mut report);
         match passes.await {
-            Ok(()) => self.record_event(&plan, report, now).await,
+            Ok(_) => self.record_event(&plan, report, now).await,
             Err(e) => e.fail(report),
         }
     }

@@ -206,19 +206,17 @@ impl Pipeline<'_> {
             if !plan.has_node_work() {
                 return Ok(Outcome::Acted);
             }
-            let end = self.drain_pass(executor, plan, continuation, record.kept, out);
+            let end = self.drain_passes(executor, plan, continuation.clone(), record, out);
             match (end.await?, self.queue_for(record)) {
                 (PassEnd::Done(outcome), _) => return Ok(outcome),
-                // A kept copy's drain goes on through its queued twin.
-                (PassEnd::Next(..), _) if record.kept => {}
-                (PassEnd::Next(next, after), Some(queue)) => {
+                (PassEnd::Next(next, after), Some(queue)) if !record.kept => {
                     let arn = queue.arn.to_string();
                     let body = self.send(queue, &next, after).await?;
                     self.keep_if_refused(out, body, arn);
                 }
-                (PassEnd::Next(next, after), None) => {
-                    self.passes_here(executor, plan, *next, after, out).await?;
-                }
+                // A kept copy's drain goes on through its queued twin (one without a queue
+                // was carried on here to its end).
+                (PassEnd::Next(..), _) => {}
             }
             Ok::<_, PortError>(Outcome::Acted)
         };
@@ -228,45 +226,54 @@ impl Pipeline<'_> {
         }
     }
 
-    /// One drain pass of `plan` for `continuation`, its results put in `report`; `quiet` for a
-    /// kept copy (see [`kept`]): no Event, its queued twin records them.
-    pub(super) async fn drain_pass(
+    /// Drain passes of `plan` for `record` from `continuation`, their results put in `report`:
+    /// one when the next is queued ([`Pipeline::queue_for`]) or `record` is a kept copy (see
+    /// [`kept`]: its pass is quiet, no Event, and its queued twin carries the drain on); else
+    /// pass after pass here, the clock letting the time between them pass, until it is over.
+    pub(super) async fn drain_passes(
         &self,
         executor: &dyn Executor,
         plan: &Plan,
-        continuation: &Continuation,
-        quiet: bool,
+        mut continuation: Continuation,
+        record: &Record,
         report: &mut Report,
     ) -> Result<PassEnd, PortError> {
-        let pass = Pass::Drain {
-            started_at: continuation.started_at,
-            role: match quiet {
-                true => DrainRole::Quiet,
-                false => DrainRole::of_pass(continuation.pass),
-            },
-            heartbeat: heartbeat_due(continuation, self.clock.now()),
-        };
-        let results = executor.execute(plan, pass, self.work).await?;
-        let pending = merge(report, &results);
-        if let Some(why) = refusals(&results) {
-            report.reason = Some(why);
-            if results.iter().all(|r| r.refused.is_some()) {
-                return Ok(PassEnd::Done(Outcome::Ignored));
+        let here = !record.kept && self.queue_for(record).is_none();
+        loop {
+            let pass = Pass::Drain {
+                started_at: continuation.started_at,
+                role: match record.kept {
+                    true => DrainRole::Quiet,
+                    false => DrainRole::of_pass(continuation.pass),
+                },
+                heartbeat: heartbeat_due(&continuation, self.clock.now()),
+            };
+            let results = executor.execute(plan, pass, self.work).await?;
+            let pending = merge(report, &results);
+            if let Some(why) = refusals(&results) {
+                report.reason = Some(why);
+                if results.iter().all(|r| r.refused.is_some()) {
+                    return Ok(PassEnd::Done(Outcome::Ignored));
+                }
             }
+            if !pending {
+                return Ok(PassEnd::Done(Outcome::Acted));
+            }
+            let last_beat = report.actions.iter().filter_map(|a| a.heartbeat_at).max();
+            let mut next = continuation.next(last_beat);
+            // The wait of a pass whose pending actions all wait only for room (see [`RoomWait`]).
+            let pending = results.iter().filter(|r| r.pending);
+            next.room = pending
+                .map(|r| r.room)
+                .reduce(|a, b| Some(a?.and(b?)))
+                .flatten();
+            let after = next_pass_after(&results, self.passes.interval, self.clock.now());
+            if !here {
+                return Ok(PassEnd::Next(Box::new(next), after));
+            }
+            self.clock.sleep(after).await;
+            continuation = next;
         }
-        if !pending {
-            return Ok(PassEnd::Done(Outcome::Acted));
-        }
-        let last_beat = report.actions.iter().filter_map(|a| a.heartbeat_at).max();
-        let mut next = continuation.next(last_beat);
-        // The wait of a pass whose pending actions all wait only for room (see [`RoomWait`]).
-        let pending = results.iter().filter(|r| r.pending);
-        next.room = pending
-            .map(|r| r.room)
-            .reduce(|a, b| Some(a?.and(b?)))
-            .flatten();
-        let after = next_pass_after(&results, self.passes.interval, self.clock.now());
-        Ok(PassEnd::Next(Box::new(next), after))
     }
 
     /// The wait of a drain that only waited for room when its continuation was sent, and its
@@ -373,26 +380,6 @@ impl Pipeline<'_> {
                 queue_arn,
             }) {
                 tracing::debug!("retries kept: full; this one waits for its queued continuation");
-            }
-        }
-    }
-
-    /// Carries a pending drain on here from `next`, due after `after`: pass after pass, the
-    /// clock letting the time between them pass, until it is over.
-    pub(super) async fn passes_here(
-        &self,
-        executor: &dyn Executor,
-        plan: &Plan,
-        mut next: Continuation,
-        mut after: Duration,
-        report: &mut Report,
-    ) -> Result<(), PortError> {
-        loop {
-            self.clock.sleep(after).await;
-            let end = self.drain_pass(executor, plan, &next, false, report);
-            match end.await? {
-                PassEnd::Next(n, a) => (next, after) = (*n, a),
-                PassEnd::Done(_) => return Ok(()),
             }
         }
     }

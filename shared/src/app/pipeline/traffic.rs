@@ -61,12 +61,10 @@ impl Pipeline<'_> {
         let now = self.clock.now();
         for i in later.into_iter().flatten() {
             let record = &records[i];
-            let (Ok(event), Some(c)) = (&record.event, &record.continuation) else {
-                continue;
-            };
             // A replayed, forged or late first pass, which the pass itself refuses, moves no
             // target.
-            if c.pass == 1
+            if let (Ok(event), Some(c)) = (&record.event, &record.continuation)
+                && c.pass == 1
                 && let doomed = doomed_of(&c.plan)
                 && !doomed.is_empty()
                 && let Ok(Ok(None)) = self.refusal(record, event, c, now).await
@@ -107,12 +105,9 @@ impl Pipeline<'_> {
         drains: &[(usize, Vec<Doomed>)],
     ) -> Vec<(usize, String)> {
         // Each instance once, as its first drain wants it off.
-        let mut doomed: Vec<Doomed> = Vec::new();
-        for d in drains.iter().flat_map(|(_, doomed)| doomed) {
-            if !doomed.iter().any(|o| o.instance_id == d.instance_id) {
-                doomed.push(d.clone());
-            }
-        }
+        let mut doomed: Vec<Doomed> = drains.iter().flat_map(|(_, d)| d.clone()).collect();
+        let mut seen = BTreeSet::new();
+        doomed.retain(|d| seen.insert(d.instance_id.clone()));
         let all = |why: String| drains.iter().map(|(i, _)| (*i, why.clone())).collect();
         let Some(rounds) = self.store.traffic_rounds() else {
             return all(format!(
@@ -154,10 +149,7 @@ impl Pipeline<'_> {
             ),
         };
         let notes = |doomed: &[Doomed]| doomed.iter().map(note).collect::<Vec<_>>().join("; ");
-        drains
-            .iter()
-            .map(|(i, doomed)| (*i, notes(doomed)))
-            .collect()
+        drains.iter().map(|(i, d)| (*i, notes(d))).collect()
     }
 
     /// A drain's first pass queued for `plan` (of an event of `place`): its instances offered to
@@ -183,8 +175,13 @@ impl Pipeline<'_> {
         // rounds follow the cordons, each taking off the nodes cordoned since the last.
         let made = async {
             self.offer(rounds, &key, doomed, now).await?;
-            let end = now + span(traffic.budget);
-            self.claim(traffic, rounds, &key, end).await
+            let claim = rounds.claim(&key, self.clock.now(), traffic.budget).await?;
+            if let Claim::Taken(taken, groups) = claim {
+                let end = now + span(traffic.budget);
+                self.make_round(traffic, rounds, &key, (&taken, &groups), end)
+                    .await?;
+            }
+            Ok::<_, PortError>(())
         };
         if let Err(e) = made.await {
             tracing::warn!(error = %e, "drains' instances not offered to the rounds early");
@@ -208,38 +205,25 @@ impl Pipeline<'_> {
             .await?;
         while done.len() < doomed.len() && self.clock.now() < end {
             let now = self.clock.now();
-            match self.claim(traffic, rounds, key, end).await? {
+            match rounds.claim(key, now, traffic.budget).await? {
                 Claim::Quiet { since, .. } => return Ok(Err(since)),
                 Claim::NotYet(next) => {
                     let wait = (next.min(end) - now).to_std().unwrap_or_default();
-                    self.clock
-                        .sleep(wait.clamp(Duration::from_millis(10), LOOK_EVERY * 10))
-                        .await;
+                    let wait = wait.clamp(Duration::from_millis(10), LOOK_EVERY * 10);
+                    self.clock.sleep(wait).await;
                 }
                 // A round is being made (perhaps with this batch's instances): its outcomes
                 // come any moment.
                 Claim::Making(_) | Claim::Nothing => self.clock.sleep(LOOK_EVERY).await,
-                Claim::Taken(..) => {}
+                // This batch's round, made by `end`.
+                Claim::Taken(taken, groups) => {
+                    let made = self.make_round(traffic, rounds, key, (&taken, &groups), end);
+                    made.await?;
+                }
             }
             done = self.answered(rounds, key, doomed, offered).await?;
         }
         Ok(Ok(done))
-    }
-
-    /// The next round of `key` claimed, and made (by `end`) when it is this batch's.
-    async fn claim(
-        &self,
-        traffic: &Traffic,
-        rounds: &dyn TrafficRounds,
-        key: &ClusterId,
-        end: DateTime<Utc>,
-    ) -> Result<Claim, PortError> {
-        let claim = rounds.claim(key, self.clock.now(), traffic.budget).await?;
-        if let Claim::Taken(taken, groups) = &claim {
-            self.make_round(traffic, rounds, key, (taken, groups), end)
-                .await?;
-        }
-        Ok(claim)
     }
 
     /// The outcomes of `doomed` this batch takes as its own (see [`Outcome::answers`]).
