@@ -215,7 +215,7 @@ mod tests {
         // Deleted: the settings' policy (none here) applies.
         *map.text.lock().unwrap() = None;
         let p = cache.policy(after(240)).await;
-        assert!(p.is_empty());
+        assert!(p.rules.is_empty());
     }
 
     #[tokio::test]
