@@ -67,7 +67,8 @@ impl PolicyCache {
         }
         s.read_at = Some(now);
         let text = match until(clock, now + READ_BUDGET, self.source.read()).await {
-            Some(Ok(text)) => text,
+            Some(Ok(text)) if s.text.as_ref() != Some(&text) => text,
+            Some(Ok(_)) => return s.current.clone(),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not read the policy ConfigMap: the last policy is kept");
                 return s.current.clone();
@@ -79,9 +80,6 @@ impl PolicyCache {
                 return s.current.clone();
             }
         };
-        if s.text.as_ref() == Some(&text) {
-            return s.current.clone();
-        }
         match &text {
             PolicyText::Absent => {
                 if s.text.is_some() {
@@ -215,7 +213,7 @@ mod tests {
         // Deleted: the settings' policy (none here) applies.
         *map.text.lock().unwrap() = None;
         let p = cache.policy(after(240)).await;
-        assert!(p.is_empty());
+        assert!(p.rules.is_empty());
     }
 
     #[tokio::test]

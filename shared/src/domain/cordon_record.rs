@@ -135,14 +135,12 @@ impl CordonRecord {
 
     /// The record signed with `key` (its id in `key-id`).
     pub fn signed(&self, key: &ContinuationKey) -> CordonRecord {
-        let unsigned = CordonRecord {
+        let mut signed = CordonRecord {
             key_id: Some(key.id()),
-            ..self.unsigned()
+            ..self.clone()
         };
-        CordonRecord {
-            mac: Some(key.sign(&unsigned.signing_input())),
-            ..unsigned
-        }
+        signed.mac = Some(key.sign(&signed.signing_input()));
+        signed
     }
 
     /// The record without its signature: what two records are compared on.

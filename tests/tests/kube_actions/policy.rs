@@ -45,7 +45,7 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
         ..w.handler(dir.path())
     };
     assert!(
-        config_in(&handler).await.policy.is_empty(),
+        config_in(&handler).await.policy.rules.is_empty(),
         "kube-system's ConfigMap is not forewarn's policy"
     );
     w.fake.insert(policy_configmap(

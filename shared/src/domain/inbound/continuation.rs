@@ -122,10 +122,9 @@ impl Continuation {
             mac,
             ..self.clone()
         };
+        // An object (a struct serializes to one; `Null` would become one).
         let mut state = serde_json::to_value(&with_mac).unwrap_or(Value::Null);
-        if let Value::Object(map) = &mut state {
-            map.insert("body".into(), Value::String(original_body.to_string()));
-        }
+        state["body"] = original_body.into();
         state
     }
 

@@ -164,46 +164,40 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         cluster: config.cluster.as_ref().map(ToString::to_string),
         ..Plan::default()
     };
-    match &event.detail {
-        Detail::Unsupported { why } => {
-            plan.ignored = Some(why.clone());
-            return plan;
-        }
-        Detail::StateChange { state } if !state.is_leaving() => {
-            plan.ignored = Some(format!(
-                "instance state `{state}` is not acted on (only stopping, stopped, shutting-down, terminated)"
-            ));
-            return plan;
-        }
+    plan.ignored = match &event.detail {
+        Detail::Unsupported { why } => Some(why.clone()),
+        Detail::StateChange { state } if !state.is_leaving() => Some(format!(
+            "instance state `{state}` is not acted on (only stopping, stopped, shutting-down, terminated)"
+        )),
+        // Refused when EC2 says the reservation is another kind (an ODCR named by a forged or
+        // mistaken warning would drain nodes that are not going).
         Detail::CapacityBlock {
             reservation_id,
-            block,
+            block: Some(block),
             ..
-        } => {
-            // Refused when EC2 says the reservation is another kind (an ODCR named by a forged
-            // or mistaken warning would drain nodes that are not going).
-            if block
-                .as_ref()
-                .is_some_and(|b| b.capacity_block == Some(false))
-            {
-                plan.ignored = Some(format!(
-                    "refused: EC2 says capacity reservation {reservation_id} is not a Capacity \
-                     Block: nothing is done"
-                ));
-                return plan;
-            }
-            if event.kind == EventKind::CapacityBlockDelivered || event.instance_ids.is_empty() {
-                // No instance to act on (a delivery, or a block with none left): the block's
-                // own pool (its type and zone, as EC2 says them) is recorded: a delivery only
-                // counts (the pool has capacity again); an expiration marks it as any
-                // interruption of its kind does.
-                let pool = block.as_ref().and_then(|b| b.pool());
-                plan.pools
-                    .extend(pool.map(|pool| mark(event, pool, reservation_id, config)));
-                return plan;
-            }
-        }
-        _ => {}
+        } if block.capacity_block == Some(false) => Some(format!(
+            "refused: EC2 says capacity reservation {reservation_id} is not a Capacity Block: \
+             nothing is done"
+        )),
+        _ => None,
+    };
+    if plan.ignored.is_some() {
+        return plan;
+    }
+    if let Detail::CapacityBlock {
+        reservation_id,
+        block,
+        ..
+    } = &event.detail
+        && (event.kind == EventKind::CapacityBlockDelivered || event.instance_ids.is_empty())
+    {
+        // No instance to act on (a delivery, or a block with none left): the block's own pool
+        // (its type and zone, as EC2 says them) is recorded: a delivery only counts (the pool
+        // has capacity again); an expiration marks it as any interruption of its kind does.
+        let pool = block.as_ref().and_then(|b| b.pool());
+        plan.pools
+            .extend(pool.map(|pool| mark(event, pool, reservation_id, config)));
+        return plan;
     }
     for instance_id in &event.instance_ids {
         let instance = facts.instances.get(instance_id);

@@ -52,13 +52,6 @@ impl Default for PolicyAllow {
 }
 
 impl PolicyAllow {
-    /// Every action.
-    pub fn all() -> PolicyAllow {
-        PolicyAllow {
-            names: ACTION_NAMES.iter().copied().collect(),
-        }
-    }
-
     /// A list of action names separated by commas or spaces (`cordon,cordon-drain`,
     /// `cordon cordon-for`), or `all`. A name twice is the name once.
     pub fn parse(text: &str) -> Result<PolicyAllow, BadAllow> {
@@ -181,7 +174,7 @@ mod tests {
             ..Rule::default()
         };
         assert_eq!(limited.rules[0], k);
-        let (kept, refused) = Policy::parse(yaml).unwrap().limited(&PolicyAllow::all());
+        let (kept, refused) = Policy::parse(yaml).unwrap().limited(&all());
         assert!(refused.is_empty());
         assert!(kept.rules[0].delete_owned_on.is_some());
         let none = "rules:\n  - name: k\n    delete-owned-on: []\n";
@@ -203,14 +196,21 @@ mod tests {
             allow.to_string(),
             "cordon, cordon-drain, cordon-for, adaptive"
         );
-        assert!(PolicyAllow::all().allows(PolicyAction::Delete));
+        assert!(all().allows(PolicyAction::Delete));
+    }
+
+    fn all() -> PolicyAllow {
+        PolicyAllow::parse("all").unwrap()
     }
 
     #[test]
     fn an_allowance_is_a_list_of_names_or_all() {
         let allow = PolicyAllow::parse("cordon, cordon-for  delete").unwrap();
         assert_eq!(allow.to_string(), "cordon, delete, cordon-for");
-        assert_eq!(PolicyAllow::parse("all").unwrap(), PolicyAllow::all());
+        assert_eq!(
+            PolicyAllow::parse("all").unwrap().to_string(),
+            "none, cordon, cordon-drain, delete, cordon-for, adaptive"
+        );
         assert_eq!(
             PolicyAllow::parse("cordon cordon-drain cordon-for adaptive").unwrap(),
             PolicyAllow::default()
@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(other.name, "quiet");
         assert_eq!(other.actions.get(&EventKind::SpotInterruption), None);
         // All allowed: as written.
-        let (all, none) = policy.clone().limited(&PolicyAllow::all());
+        let (all, none) = policy.clone().limited(&all());
         assert!(none.is_empty());
         assert_eq!(all, policy);
     }

@@ -177,11 +177,6 @@ impl Policy {
             .iter()
             .any(|r| r.actions.values().any(|a| *a == PolicyAction::Adaptive))
     }
-
-    /// No rule: every node keeps the defaults.
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -312,7 +312,7 @@ rebalance:
     fn empty_policies_have_no_rules() {
         assert_eq!(Policy::parse("").unwrap(), Policy::default());
         assert_eq!(Policy::parse("rules: []\n").unwrap(), Policy::default());
-        assert!(Policy::parse("rules:\n").unwrap().is_empty());
+        assert!(Policy::parse("rules:\n").unwrap().rules.is_empty());
         // A field written with no value keeps its default.
         let nulls = "rebalance:\n  adaptive:\n    threshold:\n    window:\n    otherwise:\n";
         assert_eq!(Policy::parse(nulls).unwrap(), Policy::default());
