@@ -569,7 +569,7 @@ mod tests {
             ..Work::default()
         };
         let refused = h.cluster_for(&blue, &records, work).await;
-        let reports = refused.unwrap_err();
+        let reports = refused.err().unwrap();
         assert_eq!(reports.len(), 2);
         for r in &reports {
             assert_eq!(r.outcome, Outcome::Failed);
@@ -579,7 +579,11 @@ mod tests {
         }
         // A continuation naming a cluster not served is refused for good, with why.
         let attacker = Destination::NotServed(Some("attacker".into()));
-        let refused = h.cluster_for(&attacker, &records, work).await.unwrap_err();
+        let refused = h
+            .cluster_for(&attacker, &records, work)
+            .await
+            .err()
+            .unwrap();
         assert_eq!(refused[0].outcome, Outcome::Failed);
         assert!(refused[0].permanent, "it ends in the dead-letter queue");
         let why = refused[0].reason.as_deref().unwrap_or_default();

@@ -82,17 +82,6 @@ impl Cluster {
     }
 }
 
-impl std::fmt::Debug for Cluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster")
-            .field("id", &self.id)
-            .field("executor", &self.executor.is_some())
-            .field("policies", &self.policies.is_some())
-            .field("upkeep", &self.upkeep.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
 /// A served cluster that could not be reached (`cluster <id>`, its kind and why): its records
 /// fail and come back.
 pub fn unreachable(
@@ -501,12 +490,12 @@ mod tests {
         );
         fleet.cluster(Some(&id("123456789012/up"))).await.unwrap();
         assert_eq!(connects.0.load(Ordering::SeqCst), 1, "the same cluster");
-        let e = fleet.cluster(Some(&id("down"))).await.unwrap_err();
+        let e = fleet.cluster(Some(&id("down"))).await.err().unwrap();
         assert_eq!(
             e.to_string(),
             "cluster 123456789012/eu-west-1/down: refused"
         );
-        fleet.cluster(Some(&id("down"))).await.unwrap_err();
+        assert!(fleet.cluster(Some(&id("down"))).await.is_err());
         assert_eq!(connects.0.load(Ordering::SeqCst), 3, "tried again");
         assert!(fleet.cluster(None).await.is_err(), "named clusters only");
     }
