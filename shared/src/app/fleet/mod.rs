@@ -138,15 +138,12 @@ async fn list(
 ) -> Result<Vec<ClusterId>, PortError> {
     let places: std::collections::BTreeSet<Place> = places.iter().map(|p| p.or(own)).collect();
     let lists = futures::future::join_all(places.iter().map(|p| catalog.clusters(p))).await;
+    let answered = lists.iter().any(Result::is_ok);
     let mut ids: Vec<ClusterId> = also.iter().map(|id| id.or(own)).collect();
-    let mut answered = false;
     let mut failed = None;
     for (place, names) in places.iter().zip(lists) {
         match names {
-            Ok(names) => {
-                answered = true;
-                ids.extend(names.iter().map(|n| ClusterId::at(place, n)));
-            }
+            Ok(names) => ids.extend(names.iter().map(|n| ClusterId::at(place, n))),
             Err(e) => {
                 tracing::warn!(error = %e, account = ?place.account, region = ?place.region, "a place's clusters could not be listed: its last list is served");
                 let kept = last.unwrap_or_default().iter();
@@ -155,14 +152,12 @@ async fn list(
             }
         }
     }
-    match failed {
-        Some(e) if !answered && last.is_none() => Err(e),
-        _ => {
-            ids.sort();
-            ids.dedup();
-            Ok(ids)
-        }
+    if let Some(e) = failed.filter(|_| !answered && last.is_none()) {
+        return Err(e);
     }
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
 }
 
 impl Fleet {
