@@ -212,19 +212,12 @@ pub struct Accounts {
 
 impl Accounts {
     /// Over `base`, the deployment's own configuration (its credentials assume the member
-    /// roles, and its region is the own region).
+    /// roles, and its region is the own region), as `aws_config` loads it (with its time source
+    /// and identity cache: the role provider needs a clock, the member configurations a shared
+    /// cache).
     pub fn new(base: &SdkConfig, settings: AccountSettings) -> Accounts {
-        let mut builder = base.clone().into_builder();
-        // Both are set by `aws_config`'s loading; a configuration built by hand may lack them,
-        // and the role provider needs a clock, the member configurations a shared cache.
-        if base.time_source().is_none() {
-            builder.set_time_source(Some(Default::default()));
-        }
-        if base.identity_cache().is_none() {
-            builder.set_identity_cache(Some(aws_config::identity::IdentityCache::lazy().build()));
-        }
         Accounts {
-            base: builder.build(),
+            base: base.clone(),
             settings,
             configs: Arc::default(),
         }
@@ -389,12 +382,14 @@ mod tests {
     use super::*;
 
     fn accounts(own: Option<&str>, role: Option<&str>) -> Accounts {
-        let base = SdkConfig::builder()
+        // As `aws_config` loads it: a time source and an identity cache.
+        let mut base = SdkConfig::builder()
             .region(Region::new("us-east-1"))
             .behavior_version(aws_config::BehaviorVersion::latest())
-            .build();
+            .identity_cache(aws_config::identity::IdentityCache::lazy().build());
+        base.set_time_source(Some(Default::default()));
         Accounts::new(
-            &base,
+            &base.build(),
             AccountSettings {
                 own: own.map(str::to_string),
                 member_role: role.map(str::to_string),
