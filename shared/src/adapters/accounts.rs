@@ -131,15 +131,12 @@ pub enum AccountError {
     /// An event of a region of another partition: no role of this partition can be assumed
     /// there.
     #[error(
-        "the event's region {region} is in partition {theirs}, this deployment's ({own_region}) \
-         in {ours}: a role cannot be assumed across partitions"
+        "the event's region {region} is in partition {}, this deployment's ({own_region}) in {}: \
+         a role cannot be assumed across partitions",
+        partition_of(.region),
+        partition_of(.own_region)
     )]
-    OtherPartition {
-        region: String,
-        theirs: &'static str,
-        own_region: String,
-        ours: &'static str,
-    },
+    OtherPartition { region: String, own_region: String },
     /// An event of a member account that names no region, and no own region to go by.
     #[error("the event of account {0} names no region, and this deployment has none")]
     NoRegion(String),
@@ -236,12 +233,8 @@ impl Accounts {
         if let (Some(theirs), Some(own)) = (&region, &own_region)
             && partition_of(theirs) != partition_of(own)
         {
-            return Err(AccountError::OtherPartition {
-                region: theirs.clone(),
-                theirs: partition_of(theirs),
-                own_region: own.clone(),
-                ours: partition_of(own),
-            });
+            let (region, own_region) = (theirs.clone(), own.clone());
+            return Err(AccountError::OtherPartition { region, own_region });
         }
         let account = match &place.account {
             None => return Ok(Target::Own { region }),
