@@ -41,13 +41,6 @@ pub struct AccountSettings {
     pub served: std::collections::BTreeSet<String>,
 }
 
-/// An IAM role name without a path: 1 to 64 of letters, digits and `+=,.@_-`.
-pub fn is_role_name(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
-}
-
 /// The partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...), by its prefix.
 pub fn partition_of(region: &str) -> &'static str {
     const PREFIXES: &[(&str, &str)] = &[
