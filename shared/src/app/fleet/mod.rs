@@ -311,15 +311,6 @@ impl Fleet {
             tracing::info!(cluster = name, "a cluster in trouble answers again");
         }
     }
-
-    /// The lone cluster's services, when the fleet is one cluster (`forewarn replay`, the
-    /// command's `--kube`); `None` for a fleet of named clusters.
-    pub fn lone(&self) -> Option<&Arc<Cluster>> {
-        match &self.served {
-            Served::One(cluster) => Some(cluster),
-            Served::Many { .. } => None,
-        }
-    }
 }
 
 #[cfg(test)]
