@@ -465,13 +465,12 @@ impl Handler {
         let reports = self.run(&records, deadline).await;
         self.tell(&reports, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
-            return Err(HandlerError::EventFailed {
-                origin: failed
-                    .event_id
-                    .clone()
-                    .unwrap_or_else(|| failed.origin.clone()),
-                reason: failed.reason.clone().unwrap_or_default(),
-            });
+            let origin = failed
+                .event_id
+                .clone()
+                .unwrap_or_else(|| failed.origin.clone());
+            let reason = failed.reason.clone().unwrap_or_default();
+            return Err(HandlerError::EventFailed { origin, reason });
         }
         let response = serde_json::to_value(&reports).map_err(HandlerError::Answer)?;
         Ok(Invocation { response, reports })
