@@ -300,13 +300,13 @@ impl Fleet {
     pub fn record_outcome(&self, name: &str, failed_whole: bool, now: DateTime<Utc>) {
         let mut troubled = self.troubled.lock().unwrap_or_else(|p| p.into_inner());
         if failed_whole {
-            if !troubled.contains_key(name) {
+            // Said when it falls into trouble, not at each share failed since.
+            if troubled.insert(name.to_string(), (now, false)).is_none() {
                 tracing::warn!(
                     cluster = name,
                     "a cluster's share failed whole: left alone in mixed batches for a while"
                 );
             }
-            troubled.insert(name.to_string(), (now, false));
         } else if troubled.remove(name).is_some() {
             tracing::info!(cluster = name, "a cluster in trouble answers again");
         }
