@@ -275,10 +275,8 @@ impl Handler {
     async fn tell(&self, reports: &[Report], deadline: Option<DateTime<Utc>>) {
         self.telemetry.observe(reports, self.clock.now());
         if let Some(notifier) = &self.notifier {
-            let time_left = self
-                .work(deadline)
-                .deadline
-                .map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
+            let due = self.work(deadline).deadline;
+            let time_left = due.map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
             notifier.notify(reports, time_left).await;
         }
     }
