@@ -275,7 +275,11 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    forewarn::app::telemetry::init_text(&settings);
+    // Plain-text logs on stderr, filtered by the settings' `RUST_LOG`, else `warn`.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(forewarn::app::telemetry::filter(&settings, "warn"))
+        .with_writer(std::io::stderr)
+        .try_init();
     let clock = clock(cli.now);
     let result = match cli.command {
         Command::Replay(args) => replay::run(args, settings, clock).await,

@@ -141,13 +141,14 @@ pub async fn run(
     settings.webhook = None;
     settings.drain_pass_interval = None;
     let mut services = wiring::services_with_clock(&settings, clock.clone()).await?;
+    // A fleet of one cluster answers it for no name (a fleet of named clusters refuses).
     if args.policy.is_some()
-        && let Some(lone) = services.handler.fleet.lone()
+        && let Ok(lone) = services.handler.fleet.cluster(None).await
     {
         // --policy wins over the cluster's ConfigMap.
         let cluster = forewarn::app::fleet::Cluster {
             policies: None,
-            ..(**lone).clone()
+            ..(*lone).clone()
         };
         services.handler.fleet = forewarn::app::fleet::Fleet::one(cluster);
     }

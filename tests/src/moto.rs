@@ -314,14 +314,18 @@ impl MotoServer {
     /// An SDK configuration for the server: region `us-east-1`, static test credentials, the
     /// server as endpoint of every service.
     pub fn sdk_config(&self) -> SdkConfig {
-        SdkConfig::builder()
+        // A time source and an identity cache, as `aws_config` loads them: a member role's
+        // provider needs a clock, and member configurations share the cache.
+        let mut config = SdkConfig::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
             .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
                 "testing", "testing", None, None, "moto",
             )))
-            .endpoint_url(self.endpoint())
-            .build()
+            .identity_cache(aws_config::identity::IdentityCache::lazy().build())
+            .endpoint_url(self.endpoint());
+        config.set_time_source(Some(Default::default()));
+        config.build()
     }
 }
 

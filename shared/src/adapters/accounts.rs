@@ -41,13 +41,6 @@ pub struct AccountSettings {
     pub served: std::collections::BTreeSet<String>,
 }
 
-/// An IAM role name without a path: 1 to 64 of letters, digits and `+=,.@_-`.
-pub fn is_role_name(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
-}
-
 /// The partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...), by its prefix.
 pub fn partition_of(region: &str) -> &'static str {
     const PREFIXES: &[(&str, &str)] = &[
@@ -131,15 +124,12 @@ pub enum AccountError {
     /// An event of a region of another partition: no role of this partition can be assumed
     /// there.
     #[error(
-        "the event's region {region} is in partition {theirs}, this deployment's ({own_region}) \
-         in {ours}: a role cannot be assumed across partitions"
+        "the event's region {region} is in partition {}, this deployment's ({own_region}) in {}: \
+         a role cannot be assumed across partitions",
+        partition_of(.region),
+        partition_of(.own_region)
     )]
-    OtherPartition {
-        region: String,
-        theirs: &'static str,
-        own_region: String,
-        ours: &'static str,
-    },
+    OtherPartition { region: String, own_region: String },
     /// An event of a member account that names no region, and no own region to go by.
     #[error("the event of account {0} names no region, and this deployment has none")]
     NoRegion(String),
@@ -212,19 +202,12 @@ pub struct Accounts {
 
 impl Accounts {
     /// Over `base`, the deployment's own configuration (its credentials assume the member
-    /// roles, and its region is the own region).
+    /// roles, and its region is the own region), as `aws_config` loads it (with its time source
+    /// and identity cache: the role provider needs a clock, the member configurations a shared
+    /// cache).
     pub fn new(base: &SdkConfig, settings: AccountSettings) -> Accounts {
-        let mut builder = base.clone().into_builder();
-        // Both are set by `aws_config`'s loading; a configuration built by hand may lack them,
-        // and the role provider needs a clock, the member configurations a shared cache.
-        if base.time_source().is_none() {
-            builder.set_time_source(Some(Default::default()));
-        }
-        if base.identity_cache().is_none() {
-            builder.set_identity_cache(Some(aws_config::identity::IdentityCache::lazy().build()));
-        }
         Accounts {
-            base: builder.build(),
+            base: base.clone(),
             settings,
             configs: Arc::default(),
         }
@@ -243,12 +226,8 @@ impl Accounts {
         if let (Some(theirs), Some(own)) = (&region, &own_region)
             && partition_of(theirs) != partition_of(own)
         {
-            return Err(AccountError::OtherPartition {
-                region: theirs.clone(),
-                theirs: partition_of(theirs),
-                own_region: own.clone(),
-                ours: partition_of(own),
-            });
+            let (region, own_region) = (theirs.clone(), own.clone());
+            return Err(AccountError::OtherPartition { region, own_region });
         }
         let account = match &place.account {
             None => return Ok(Target::Own { region }),
@@ -389,12 +368,14 @@ mod tests {
     use super::*;
 
     fn accounts(own: Option<&str>, role: Option<&str>) -> Accounts {
-        let base = SdkConfig::builder()
+        // As `aws_config` loads it: a time source and an identity cache.
+        let mut base = SdkConfig::builder()
             .region(Region::new("us-east-1"))
             .behavior_version(aws_config::BehaviorVersion::latest())
-            .build();
+            .identity_cache(aws_config::identity::IdentityCache::lazy().build());
+        base.set_time_source(Some(Default::default()));
         Accounts::new(
-            &base,
+            &base.build(),
             AccountSettings {
                 own: own.map(str::to_string),
                 member_role: role.map(str::to_string),

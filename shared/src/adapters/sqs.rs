@@ -108,19 +108,14 @@ impl Redelivery for SqsRedelivery {
                 }
             }
         }
-        if problems.is_empty() {
+        // The kind of every failure when they are of one kind, else `Unknown`; none: all set.
+        let (kinds, problems): (Vec<FailureKind>, Vec<String>) = problems.into_iter().unzip();
+        let same = |a: FailureKind, b| if a == b { a } else { FailureKind::Unknown };
+        let Some(kind) = kinds.into_iter().reduce(same) else {
             return Ok(());
-        }
+        };
         let queues = by_queue.into_keys().collect::<Vec<_>>().join(", ");
-        // The kind of every failure when they are of one kind.
-        let kinds = problems.iter().map(|(kind, _)| *kind);
-        let kind = kinds.reduce(|a, b| if a == b { a } else { FailureKind::Unknown });
-        let problems: Vec<String> = problems.into_iter().map(|(_, p)| p).collect();
-        Err(PortError::new(
-            queues,
-            kind.unwrap_or_default(),
-            problems.join("; "),
-        ))
+        Err(PortError::new(queues, kind, problems.join("; ")))
     }
 }
 

@@ -275,10 +275,8 @@ impl Handler {
     async fn tell(&self, reports: &[Report], deadline: Option<DateTime<Utc>>) {
         self.telemetry.observe(reports, self.clock.now());
         if let Some(notifier) = &self.notifier {
-            let time_left = self
-                .work(deadline)
-                .deadline
-                .map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
+            let due = self.work(deadline).deadline;
+            let time_left = due.map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
             notifier.notify(reports, time_left).await;
         }
     }
@@ -306,19 +304,10 @@ impl Handler {
             done.notify_one();
             reports
         };
-        let held = async {
-            if let Some(redelivery) = &self.redelivery {
-                let leases: Vec<Redeliver> = batch.iter().filter_map(lease).collect();
-                self.hold(redelivery.as_ref(), &leases, &done).await;
-            }
-        };
-        let mut reports = tokio::join!(work, held).0;
+        let mut reports = tokio::join!(work, self.hold(batch, &done)).0;
         // The kept copies' reports are logged; the answer is about the batch's messages.
         reports.truncate(own);
-        if let Some(redelivery) = &self.redelivery {
-            self.retry_soon(redelivery.as_ref(), batch, &reports, deadline)
-                .await;
-        }
+        self.retry_soon(batch, &reports, deadline).await;
         let mut response = SqsBatchResponse::default();
         for report in reports.iter().filter(|r| r.outcome == Outcome::Failed) {
             let mut failure = BatchItemFailure::default();
@@ -362,28 +351,25 @@ impl Handler {
         records
     }
 
-    /// Keeps the batch's `messages` invisible [`LEASE`] at a time while the batch is worked on,
-    /// until `done`: set at once (the queue's visibility timeout, 900 s in the stack, is not
-    /// what a dead invocation's messages wait out), and renewed every half lease. Runs beside
-    /// the work, so the first cordon does not wait for it. Whatever ends the invocation without
-    /// an answer (out of memory, a panic, the deadline) leaves its messages visible again
-    /// within a lease of the last renewal. A renewal that fails is logged: the messages may
-    /// then come back while still worked on, and are handled again as any duplicate is.
-    async fn hold(
-        &self,
-        redelivery: &dyn Redelivery,
-        messages: &[Redeliver],
-        done: &tokio::sync::Notify,
-    ) {
-        if messages.is_empty() {
+    /// Keeps the `batch`'s messages invisible [`LEASE`] at a time while it is worked on (with a
+    /// [`Redelivery`]), until `done`: set at once (the queue's visibility timeout, 900 s in the
+    /// stack, is not what a dead invocation's messages wait out), and renewed every half lease.
+    /// Runs beside the work, so the first cordon does not wait for it. Whatever ends the
+    /// invocation without an answer (out of memory, a panic, the deadline) leaves its messages
+    /// visible again within a lease of the last renewal. A renewal that fails is logged: the
+    /// messages may then come back while still worked on, and are handled again as any
+    /// duplicate is.
+    async fn hold(&self, batch: &[SqsMessage], done: &tokio::sync::Notify) {
+        let messages: Vec<Redeliver> = batch.iter().filter_map(lease).collect();
+        let Some(redelivery) = self.redelivery.as_deref().filter(|_| !messages.is_empty()) else {
             return;
-        }
+        };
         loop {
             // A renewal is never cut short by the work's end (the failed messages' own
             // visibility, set after the hold, is the last word), only by half a lease.
             let next = self.clock.now() + span(LEASE / 2);
             let then = "they may come back while still worked on";
-            self.redeliver(redelivery, messages, next, then).await;
+            self.redeliver(redelivery, &messages, next, then).await;
             tokio::select! {
                 biased;
                 () = done.notified() => return,
@@ -409,17 +395,19 @@ impl Handler {
         }
     }
 
-    /// Shortens the visibility of every message reported failed, by [`retry::delay`]. Best
-    /// effort, within the invocation's deadline (the safety margin is there for the answer and
-    /// this call) and at most 10 s: a message whose visibility could not be changed still comes
-    /// back, after the queue's visibility timeout.
+    /// Shortens the visibility of every message reported failed, by [`retry::delay`] (with a
+    /// [`Redelivery`]). Best effort, within the invocation's deadline (the safety margin is
+    /// there for the answer and this call) and at most 10 s: a message whose visibility could
+    /// not be changed still comes back, after the queue's visibility timeout.
     async fn retry_soon(
         &self,
-        redelivery: &dyn Redelivery,
         batch: &[SqsMessage],
         reports: &[Report],
         deadline: Option<DateTime<Utc>>,
     ) {
+        let Some(redelivery) = self.redelivery.as_deref() else {
+            return;
+        };
         let now = self.clock.now();
         // One report per message of the batch, in its order.
         let failed = batch.iter().zip(reports);
@@ -475,13 +463,12 @@ impl Handler {
         let reports = self.run(&records, deadline).await;
         self.tell(&reports, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
-            return Err(HandlerError::EventFailed {
-                origin: failed
-                    .event_id
-                    .clone()
-                    .unwrap_or_else(|| failed.origin.clone()),
-                reason: failed.reason.clone().unwrap_or_default(),
-            });
+            let origin = failed
+                .event_id
+                .clone()
+                .unwrap_or_else(|| failed.origin.clone());
+            let reason = failed.reason.clone().unwrap_or_default();
+            return Err(HandlerError::EventFailed { origin, reason });
         }
         let response = serde_json::to_value(&reports).map_err(HandlerError::Answer)?;
         Ok(Invocation { response, reports })
@@ -569,7 +556,7 @@ mod tests {
             ..Work::default()
         };
         let refused = h.cluster_for(&blue, &records, work).await;
-        let reports = refused.unwrap_err();
+        let reports = refused.err().unwrap();
         assert_eq!(reports.len(), 2);
         for r in &reports {
             assert_eq!(r.outcome, Outcome::Failed);
@@ -579,7 +566,11 @@ mod tests {
         }
         // A continuation naming a cluster not served is refused for good, with why.
         let attacker = Destination::NotServed(Some("attacker".into()));
-        let refused = h.cluster_for(&attacker, &records, work).await.unwrap_err();
+        let refused = h
+            .cluster_for(&attacker, &records, work)
+            .await
+            .err()
+            .unwrap();
         assert_eq!(refused[0].outcome, Outcome::Failed);
         assert!(refused[0].permanent, "it ends in the dead-letter queue");
         let why = refused[0].reason.as_deref().unwrap_or_default();
@@ -769,11 +760,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock =
             crate::adapters::clock::ManualClock::at("2026-11-20T10:00:10Z".parse().unwrap());
+        let recorder = Arc::new(Recorder::default());
         let h = Handler {
             clock: clock.shared(),
+            redelivery: Some(recorder.clone()),
             ..handler(dir.path())
         };
-        let recorder = Recorder::default();
         let batch: Vec<SqsMessage> = serde_json::from_value(json!([
             {"messageId": "a", "receiptHandle": "rh-a", "body": "{}", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q"},
             {"messageId": "b", "receiptHandle": "rh-b", "body": "{}", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q"},
@@ -796,7 +788,7 @@ mod tests {
             }
             done.notify_one();
         };
-        tokio::join!(work, h.hold(&recorder, &messages, &done));
+        tokio::join!(work, h.hold(&batch, &done));
         let calls = recorder.0.lock().unwrap().clone();
         assert_eq!(calls.len(), 3, "{calls:#?}");
         for call in &calls {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::adapters::accounts::{AccountSettings, is_account_id, is_role_name};
+use crate::adapters::accounts::{AccountSettings, is_account_id};
 use crate::adapters::aws::AwsSettings;
 use crate::adapters::kube::{ClusterAccess, EksAccess, ExecutorSettings, KUBE_SHARE};
 use crate::adapters::webhook::{DEFAULT_TEMPLATE, Template, WebhookConfig, check_url, redacted};
@@ -445,9 +445,11 @@ fn account_id(v: &str) -> Result<String, &'static str> {
         .ok_or("not an AWS account id (12 digits)")
 }
 
-/// `FOREWARN_MEMBER_ROLE`: an IAM role name without a path.
+/// `FOREWARN_MEMBER_ROLE`: an IAM role name without a path (1 to 64 of letters, digits and
+/// `+=,.@_-`).
 fn role_name(v: &str) -> Result<String, &'static str> {
-    is_role_name(v)
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b);
+    ((1..=64).contains(&v.len()) && v.bytes().all(allowed))
         .then(|| v.to_string())
         .ok_or("not an IAM role name (1 to 64 letters, digits or +=,.@_-, no path)")
 }

@@ -50,18 +50,9 @@ pub fn init_json(settings: &Settings) -> Telemetry {
     }
 }
 
-/// Plain-text logs on stderr (the `forewarn` command), filtered by the settings' `RUST_LOG`,
-/// else `warn`.
-pub fn init_text(settings: &Settings) {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter(settings, "warn"))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// The filter the settings' `RUST_LOG` names (`tracing` env-filter syntax), else `default`
-/// (also when it does not parse).
-fn filter(settings: &Settings, default: &str) -> EnvFilter {
+/// (also when it does not parse): the functions' and the `forewarn` command's.
+pub fn filter(settings: &Settings, default: &str) -> EnvFilter {
     settings
         .rust_log
         .as_deref()

@@ -147,25 +147,6 @@ impl NodeFacts {
         instance_id_from_provider_id(self.provider_id.as_deref()?)
     }
 
-    /// The availability zone in `spec.providerID` (`aws:///<zone>/<instance-id>`), when it
-    /// names one.
-    pub fn zone(&self) -> Option<&str> {
-        let rest = self.provider_id.as_deref()?.strip_prefix("aws://")?;
-        let zone = rest.trim_start_matches('/').split('/').next()?;
-        (!zone.is_empty() && !crate::domain::event::is_instance_id(zone)).then_some(zone)
-    }
-
-    /// Whether the node's instance lives in `region`, by the zone of its `spec.providerID`
-    /// (`us-east-1a`, a Local Zone's `us-west-2-lax-1a`, a Wavelength Zone's
-    /// `us-east-1-wl1-bos-wlz-1` all start with their region's name and a letter or `-`).
-    pub fn in_region(&self, region: &str) -> bool {
-        self.zone().is_some_and(|zone| {
-            zone.strip_prefix(region)
-                .and_then(|rest| rest.chars().next())
-                .is_some_and(|c| c.is_ascii_lowercase() || c == '-')
-        })
-    }
-
     /// A control-plane node: forewarn never touches one.
     pub fn is_control_plane(&self) -> bool {
         self.labels.contains_key(LABEL_CONTROL_PLANE)

@@ -114,7 +114,7 @@ pub fn findings(
             // Not found counts as gone only where the sweeper looked: the node's instance in
             // the region described (its providerID's zone). A node of another region, or of
             // none known, is never taken for gone on an answer from elsewhere.
-            None if place.region.as_deref().is_some_and(|r| node.in_region(r)) => {
+            None if place.region.as_deref().is_some_and(|r| in_region(node, r)) => {
                 (InstanceState::Terminated, None)
             }
             None => return None,
@@ -124,6 +124,23 @@ pub fn findings(
         Some(synthetic(EventKind::StateChange, run, detail, now, place))
     });
     spot.chain(gone).collect()
+}
+
+/// Whether `node`'s instance lives in `region`, by the availability zone its `spec.providerID`
+/// names (`aws:///<zone>/<instance-id>`): `us-east-1a`, a Local Zone's `us-west-2-lax-1a`, a
+/// Wavelength Zone's `us-east-1-wl1-bos-wlz-1` all start with their region's name and a letter
+/// or `-`. A providerID that names no zone is of no region.
+fn in_region(node: &NodeFacts, region: &str) -> bool {
+    let rest = node
+        .provider_id
+        .as_deref()
+        .and_then(|p| p.strip_prefix("aws://"));
+    let zone = rest.and_then(|r| r.trim_start_matches('/').split('/').next());
+    let zone = zone.filter(|z| !z.is_empty() && !crate::domain::event::is_instance_id(z));
+    let after = zone
+        .and_then(|z| z.strip_prefix(region))
+        .and_then(|r| r.chars().next());
+    after.is_some_and(|c| c.is_ascii_lowercase() || c == '-')
 }
 
 #[cfg(test)]

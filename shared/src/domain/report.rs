@@ -11,20 +11,21 @@ use super::names::string_forms;
 use super::plan::{Plan, Target};
 use super::pool::PoolKey;
 
-/// What became of one record.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What became of one record. Ordered from the least to the most worth telling (the outcome
+/// of a record split between clusters is its parts' greatest: see `app::fleet::split`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[derive(strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Outcome {
-    /// Decided (and pools recorded) but nothing done to the cluster: a dry run.
-    Planned,
-    /// Decided and carried out.
-    Acted,
     /// Nothing to do: unsupported, or a state not acted on.
     Ignored,
     /// Applied before: nothing changed.
     Duplicate,
+    /// Decided (and pools recorded) but nothing done to the cluster: a dry run.
+    Planned,
+    /// Decided and carried out.
+    Acted,
     /// Could not be decoded or carried out: it goes back to the queue (what a report is until
     /// an outcome is set).
     #[default]

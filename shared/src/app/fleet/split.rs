@@ -124,9 +124,7 @@ pub fn join(records: &[Record], shares: Vec<(Share, Vec<Report>)>) -> Vec<Report
     let mut parts: Vec<Vec<Report>> = vec![Vec::new(); records.len()];
     for (share, reports) in shares {
         for (position, report) in share.positions.into_iter().zip(reports) {
-            if let Some(slot) = parts.get_mut(position) {
-                slot.push(report);
-            }
+            parts[position].push(report);
         }
     }
     records
@@ -140,19 +138,13 @@ pub fn join(records: &[Record], shares: Vec<(Share, Vec<Report>)>) -> Vec<Report
 /// and actions together, the worst outcome (failed, then acted, planned, duplicate, ignored),
 /// each part's reason under its cluster.
 pub fn join_parts(record: &Record, mut parts: Vec<Report>) -> Report {
-    use Outcome::{Acted, Duplicate, Failed, Ignored, Planned};
-    const WORST_LAST: [Outcome; 5] = [Ignored, Duplicate, Planned, Acted, Failed];
     if parts.len() <= 1 {
         return parts.pop().unwrap_or_else(|| {
             Report::new(record).failed("internal: record not processed".into())
         });
     }
     let mut joined = Report::new(record);
-    joined.outcome = parts
-        .iter()
-        .map(|p| p.outcome)
-        .max_by_key(|o| WORST_LAST.iter().position(|w| w == o))
-        .unwrap_or(Outcome::Failed);
+    joined.outcome = parts.iter().map(|p| p.outcome).max().unwrap_or_default();
     joined.summary = parts[0].summary.clone();
     joined.permanent = parts
         .iter()
