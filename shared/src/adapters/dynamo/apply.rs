@@ -17,7 +17,7 @@ use super::{DynamoStore, MAX_KNOWN_POOLS};
 use crate::adapters::accounts::lock;
 use crate::adapters::aws::kind_of_code;
 use crate::domain::plan::Plan;
-use crate::domain::pool::{HistoryEntry, counter_name};
+use crate::domain::pool::{HistoryEntry, Retention, counter_name};
 use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
@@ -38,7 +38,7 @@ impl DynamoStore {
                 .map(|w| Known::bets(known.get(&pool_pk(&w.pool)), w))
                 .collect()
         };
-        let token = request_token(&(&self.table, plan, at, self.retention, &bets));
+        let token = request_token(&(&self.table, plan, at, Retention::default(), &bets));
         let ledger = keys.iter().map(|k| self.ledger_put(plan.kind, at, k));
         let updates = (pools.iter().zip(bets)).map(|(w, bets)| self.pool_update(plan, w, bets));
         // No index holds a history item: it has none of their sort keys.
@@ -221,7 +221,7 @@ mod tests {
     fn the_update_of_a_pool_counts_atomically_and_bets_in_its_condition() {
         let store = store();
         let u = update(1);
-        let write = &history(&u, &store.retention)[0];
+        let write = &history(&u, &Retention::default())[0];
         let win = Known::bets(None, write);
         let item = store.pool_update(&u, write, win).unwrap();
         let up = item.update().unwrap();
@@ -293,7 +293,7 @@ mod tests {
         let store = store();
         let u = update(3);
         let keys = u.ledger_keys();
-        let pools = history(&u, &store.retention);
+        let pools = history(&u, &Retention::default());
         let token = |store: &DynamoStore, u: &Plan, recorded_at| {
             let (items, token) = store.transaction(u, recorded_at, &keys, &pools).unwrap();
             assert_eq!(items.len(), 1 + 3 + 3);

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use super::codec::*;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
 use crate::domain::event::EventKind;
+use crate::domain::pool::Retention;
 use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
@@ -65,7 +66,7 @@ impl DynamoStore {
             sk: EVENT_SK,
             kind: kind.as_str(),
             recorded_at: recorded,
-            expires_at: ceil_secs(at + self.retention.ledger),
+            expires_at: ceil_secs(at + Retention::default().ledger),
         };
         // An expired entry (not yet deleted by the TTL) no longer counts as applied.
         self.put("the ledger put", item, |put| {

@@ -96,7 +96,6 @@ const MAX_KNOWN_POOLS: usize = 10_000;
 pub struct DynamoStore {
     client: Client,
     table: String,
-    retention: Retention,
     /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets
     /// (hints only: a panic elsewhere cannot leave them wrong, only stale).
     known: Mutex<HashMap<String, Known>>,
@@ -114,7 +113,6 @@ impl DynamoStore {
         DynamoStore {
             client,
             table: table.into(),
-            retention: Retention::default(),
             known: Mutex::new(HashMap::new()),
             keys: Default::default(),
             clock: crate::adapters::clock::SystemClock::shared(),
@@ -161,17 +159,15 @@ impl PoolStore for DynamoStore {
         let keys = (unique.iter())
             .map(|id| item_key(&event_pk(id), EVENT_SK))
             .collect();
-        let mut applied = HashSet::new();
+        let mut live = HashSet::new();
         for item in self.batch_get(keys, "reading the ledger").await? {
             let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
-            let id = (entry.pk.strip_prefix("EVENT#")).ok_or_else(|| {
-                PortError::corrupt(&entry.pk, "a ledger key without the EVENT# prefix")
-            })?;
             if entry.expires_at > now {
-                applied.insert(id.to_string());
+                live.insert(entry.pk);
             }
         }
-        Ok(applied)
+        let applied = unique.into_iter().filter(|id| live.contains(&event_pk(id)));
+        Ok(applied.cloned().collect())
     }
 
     /// One transaction, sent again until its bets hold (see the module's documentation).
@@ -179,7 +175,7 @@ impl PoolStore for DynamoStore {
         let id = &plan.event_id;
         let what = format!("applying event {id}");
         let keys = plan.ledger_keys();
-        let pools = history(plan, &self.retention);
+        let pools = history(plan, &Retention::default());
         if 2 * pools.len() + keys.len() > 100 {
             let why = format!(
                 "it marks {} pools with {} ledger keys, but one transaction holds at most 100 \
@@ -204,28 +200,27 @@ impl PoolStore for DynamoStore {
                 self.remember(&pools);
                 return Ok(Applied::Applied);
             };
-            let conflict = match error.as_service_error() {
+            let (conflict, lost) = match error.as_service_error() {
                 Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
                     let reasons = c.cancellation_reasons();
-                    let cancelled = self.cancelled(&keys, &pools, reasons, &what).await?;
-                    let Some((conflict, lost)) = cancelled else {
-                        return Ok(Applied::Duplicate);
-                    };
-                    if !conflict && lost == 0 {
-                        let why = format!(
-                            "the transaction was cancelled without a reason to retry it: {}",
-                            DisplayErrorContext(&error)
-                        );
-                        return Err(self.fail(FailureKind::Unknown, what, why));
+                    match self.cancelled(&keys, &pools, reasons, &what).await? {
+                        None => return Ok(Applied::Duplicate),
+                        Some((false, 0)) => {
+                            let why = format!(
+                                "the transaction was cancelled without a reason to retry it: {}",
+                                DisplayErrorContext(&error)
+                            );
+                            return Err(self.fail(FailureKind::Unknown, what, why));
+                        }
+                        Some(cancelled) => cancelled,
                     }
-                    lost_bets += lost;
-                    conflict
                 }
                 // The same transaction (same token) is still being applied: an SDK retry overtook
                 // it. Sent again unchanged after a pause, it is answered as that one ended.
-                Some(TransactWriteItemsError::TransactionInProgressException(_)) => true,
+                Some(TransactWriteItemsError::TransactionInProgressException(_)) => (true, 0),
                 _ => return Err(self.sdk_err(what, error)),
             };
+            lost_bets += lost;
             if conflict {
                 conflicts += 1;
                 tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in conflict or in progress, backing off");

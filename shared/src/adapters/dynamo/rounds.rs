@@ -70,10 +70,12 @@ impl DynamoStore {
             if rounds == before {
                 return Ok(answer);
             }
+            let pending =
+                json_set(&rounds.pending).map_err(self.invalid("encoding pending instances"))?;
             let item = to_item(RoundsItem {
                 pk: pk.clone(),
                 sk: ROUND_SK.into(),
-                pending: self.json_set(rounds.pending.iter(), "encoding pending instances")?,
+                pending,
                 rounds: Some(Rounds {
                     pending: Vec::new(),
                     ..rounds
@@ -104,16 +106,11 @@ impl DynamoStore {
         let why = "other writes kept coming between its read and its write";
         Err(self.fail(FailureKind::Conflict, what, why))
     }
+}
 
-    /// `instances` as a string set of `pending` (each as JSON); `what` names them in errors.
-    fn json_set<'a>(
-        &self,
-        instances: impl Iterator<Item = &'a Doomed>,
-        what: &str,
-    ) -> Result<Vec<String>, PortError> {
-        let set: Result<Vec<String>, _> = instances.map(serde_json::to_string).collect();
-        set.map_err(self.invalid(what))
-    }
+/// `instances` as a string set of `pending` (each as JSON).
+fn json_set(instances: &[Doomed]) -> serde_json::Result<Vec<String>> {
+    instances.iter().map(serde_json::to_string).collect()
 }
 
 /// A rounds item, as written and read (`pk`, `sk` and `expires_at` written only; see the
@@ -189,7 +186,7 @@ impl TrafficRounds for DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<(), PortError> {
         let pk = round_of(key);
-        let set = self.json_set(doomed.iter(), "encoding doomed instances")?;
+        let set = json_set(doomed).map_err(self.invalid("encoding doomed instances"))?;
         if set.is_empty() {
             return Ok(());
         }

@@ -80,8 +80,8 @@ impl DynamoStore {
     /// The keys as the secret holds them now.
     pub(super) async fn read_keys(&self) -> Result<KeyRing, PortError> {
         let keys = self.key_secret()?;
-        let current = self.key_version(keys, CURRENT).await?;
-        let previous = match self.key_version(keys, PREVIOUS).await {
+        let current = self.key_version(keys, "AWSCURRENT").await?;
+        let previous = match self.key_version(keys, "AWSPREVIOUS").await {
             Err(e) if e.kind == FailureKind::NotFound => None,
             read => Some(read?).filter(|p| p.id() != current.id()),
         };
@@ -116,8 +116,6 @@ impl DynamoStore {
 }
 
 const READING: &str = "reading the continuation key";
-const CURRENT: &str = "AWSCURRENT";
-const PREVIOUS: &str = "AWSPREVIOUS";
 
 /// A request token for putting `key` in a rotation: its id and a digest of its bytes (32 to 64
 /// characters, as Secrets Manager asks).
