@@ -395,6 +395,12 @@ mod tests {
         let c = Continuation::first(at(0), at(-1), plan(), original);
         let body = c.body(&key(7));
         let value: Value = serde_json::from_str(&body).unwrap();
+        // The message is the state, its keys in order and the original body among them, and the
+        // mac of that state without it, as compact JSON.
+        assert!(body.starts_with(r#"{"forewarnContinuation":{"body":"{\"id\":\"e1\","#));
+        let mut state = value[CONTINUATION_KEY].as_object().unwrap().clone();
+        let mac = state.remove("mac").unwrap();
+        assert_eq!(mac, key(7).sign(&Value::Object(state).to_string()));
         let back = unwrap(&value, at(5)).unwrap().unwrap();
         assert_eq!(back.body, original);
         assert_eq!(back.verify(&ring(7)), Ok(()));
