@@ -287,7 +287,7 @@ fn extreme_times(s: &str) -> Vec<String> {
     out
 }
 
-/// A valid continuation message's state (without the original body), as JSON: its plan is the
+/// A valid continuation message's state (the original body in it), as JSON: its plan is the
 /// spot warning `original`'s, decided with nothing known of its instance.
 fn continuation_state(original: &str) -> Value {
     let event = decode(SOURCE, original.as_bytes(), received())
@@ -298,8 +298,8 @@ fn continuation_state(original: &str) -> Value {
     let empty = Default::default();
     let facts = Facts::new(&empty, &[]);
     let plan = decide(&event, facts, &Config::default());
-    let mut state = serde_json::to_value(Continuation::first(received(), received(), plan))
-        .expect("a continuation serializes");
+    let first = Continuation::first(received(), received(), plan, original);
+    let mut state = serde_json::to_value(first).expect("a continuation serializes");
     state["heartbeatAt"] = json!(received().to_rfc3339());
     state
 }
@@ -311,11 +311,7 @@ fn check_continuations(s: &str, parsed: Option<&Value>) {
     let original = json!({"id": "e-1", "source": event::SOURCE_EC2, "detail-type": event::DT_SPOT,
         "time": "2026-11-20T10:00:00Z", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
     .to_string();
-    let valid = || {
-        let mut state = continuation_state(&original);
-        state["body"] = json!(original);
-        state
-    };
+    let valid = || continuation_state(&original);
     let mut bodies: Vec<Value> = Vec::new();
     // The input as the original body a continuation carries.
     let mut carried = valid();

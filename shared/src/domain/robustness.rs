@@ -179,10 +179,9 @@ proptest! {
         let empty = Default::default();
         let facts = Facts::new(&empty, &[]);
         let plan = decide(&event, facts, &Config::default());
-        let mut state = serde_json::to_value(Continuation::first(received(), received(), plan))
-            .unwrap();
+        let mut state =
+            serde_json::to_value(Continuation::first(received(), received(), plan, &body)).unwrap();
         state["heartbeatAt"] = json!(received());
-        state["body"] = json!(body);
         state[["startedAt", "sentAt", "heartbeatAt"][which]] = json!(time);
         let batch = json!({"Records": [{"messageId": "m",
             "body": json!({"forewarnContinuation": state}).to_string()}]});

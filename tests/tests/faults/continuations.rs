@@ -49,7 +49,7 @@ async fn continuation(
         Some(key) => key,
         None => world.store.continuation_keys().await.unwrap().current,
     };
-    Continuation::first(now, now, plan).body(&key, &body.text)
+    Continuation::first(now, now, plan, &body.text).body(&key)
 }
 
 /// The first instance's spot warning handled to the end of its drain, applied once; and a

@@ -240,10 +240,10 @@ mod tests {
             &crate::domain::config::Config::default(),
         );
         plan.cluster = cluster.map(str::to_string);
-        let c = Continuation::first(now, now, plan);
+        let c = Continuation::first(now, now, plan, &body);
         let message = serde_json::json!({"messageId": id,
             "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
-            "body": c.body(&ContinuationKey::new([1; 32]), &body)});
+            "body": c.body(&ContinuationKey::new([1; 32]))});
         let record = decode_value("test", serde_json::json!({"Records": [message]}), now)
             .unwrap()
             .remove(0);

@@ -387,7 +387,7 @@ impl Pipeline<'_> {
                     return Handled::Pending(report, Box::new(plan));
                 };
                 self.offer_early(&Place::of_event(event), &plan).await;
-                let next = Continuation::first(now, event.time, plan.clone());
+                let next = Continuation::first(now, event.time, plan.clone(), queue.body);
                 if let Err(e) = self.send(queue, &next, Duration::ZERO).await {
                     return Handled::Done(e.fail(report));
                 }
@@ -431,7 +431,8 @@ impl Pipeline<'_> {
         let (Some(executor), Ok(event)) = (self.executor, &record.event) else {
             return report;
         };
-        let first = Continuation::first(now, event.time, plan.clone());
+        let body = record.body.as_deref().unwrap_or_default();
+        let first = Continuation::first(now, event.time, plan.clone(), body);
         let passes = self.drain_passes(executor, &plan, first, record, &mut report);
         match passes.await {
             Ok(_) => self.record_event(&plan, report, now).await,

@@ -108,10 +108,9 @@ impl Pipeline<'_> {
         continuation: &Continuation,
         now: DateTime<Utc>,
     ) -> Result<Result<Option<String>, String>, Report> {
-        let body = record.body.as_deref().unwrap_or_default();
         let one = std::slice::from_ref(continuation);
         let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
-        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
+        let verdicts = by_keys(self.store, one, Continuation::verify, newer).await;
         let failed = |e: PortError| PortError::new(KEY, e.kind, e).fail(Report::new(record));
         let plan = &continuation.plan;
         if let Err(e) = verdicts.map_err(failed)?.remove(0) {
@@ -359,7 +358,7 @@ impl Pipeline<'_> {
         let keys = keys.map_err(|e| PortError::new(KEY, e.kind, e))?;
         // Never an oversized message: SQS would refuse it, after the node was cordoned; the
         // event fails saying why instead.
-        let body = within_sqs_limit(next.body(&keys.current, to.body));
+        let body = within_sqs_limit(next.body(&keys.current));
         let body = body.map_err(|e| PortError::new(QUEUEING, FailureKind::Invalid, e))?;
         let group = message_group(&next.plan, self.passes.tenant);
         let sent = to.queue.send(to.arn, &group, &body, after).await;
@@ -385,8 +384,8 @@ impl Pipeline<'_> {
     }
 }
 
-/// Where a continuation message goes: the queue, the record's queue ARN, its body (which the
-/// continuation carries, signed).
+/// Where a continuation message goes: the queue, the record's queue ARN; and the record's
+/// message body, which a first continuation carries (signed).
 #[derive(Clone, Copy)]
 pub(super) struct Queued<'q, 'r> {
     pub(super) queue: &'q dyn ContinuationQueue,

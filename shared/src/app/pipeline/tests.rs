@@ -632,12 +632,12 @@ fn late_continuation(
     let mut plan = decide(&event, facts, &Config::default());
     let pass = shape(&mut plan);
     let started = now - chrono::Duration::minutes(3);
-    let mut c = Continuation::first(started, started, plan);
+    let mut c = Continuation::first(started, started, plan, &body);
     while c.pass < pass {
         c = c.next(None);
     }
     json!({"messageId": id, "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
-           "body": c.body(key, &body)})
+           "body": c.body(key)})
 }
 
 /// A pipeline acting with `exec`, its drains carried on by `passes`.

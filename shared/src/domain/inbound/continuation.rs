@@ -51,7 +51,7 @@ pub const CONTINUATION_KEY: &str = "forewarnContinuation";
 /// refused).
 pub const VERSION: u32 = 2;
 
-/// The progress a continuation message carries.
+/// What a continuation message carries: the drain's progress, its plan and the original body.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Continuation {
@@ -75,6 +75,8 @@ pub struct Continuation {
     /// to the JSON that was signed (its fields are all known, and JSON maps serialize in one
     /// order).
     pub plan: Plan,
+    /// The original message body: the event the drain is of. Signed with the rest.
+    pub body: String,
     /// The id of the key the message is signed with ([`KeyId`]; none: not signed). Signed with
     /// the rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,14 +87,21 @@ pub struct Continuation {
 }
 
 impl Continuation {
-    /// The first continuation of an event whose first pass ran at `started_at`.
-    pub fn first(started_at: DateTime<Utc>, sent_at: DateTime<Utc>, plan: Plan) -> Continuation {
+    /// The first continuation of an event whose first pass ran at `started_at`, carrying its
+    /// message's `body`.
+    pub fn first(
+        started_at: DateTime<Utc>,
+        sent_at: DateTime<Utc>,
+        plan: Plan,
+        body: &str,
+    ) -> Continuation {
         Continuation {
             version: VERSION,
             pass: 1,
             started_at,
             sent_at,
             plan,
+            body: body.into(),
             ..Continuation::default()
         }
     }
@@ -115,43 +124,35 @@ impl Continuation {
         }
     }
 
-    /// The state object of the message: every field (its signature `mac`), and the original
-    /// body under `body`.
-    fn state(&self, original_body: &str, mac: Option<String>) -> Value {
-        let with_mac = Continuation {
-            mac,
+    /// What the signature covers: every field but `mac`, as compact JSON with its keys in
+    /// order. A decoded continuation gives the same text as the one that was signed (its fields
+    /// are all known, and JSON maps serialize in one order), so nothing in the message escapes
+    /// the signature.
+    pub fn signing_input(&self) -> String {
+        let unsigned = Continuation {
+            mac: None,
             ..self.clone()
         };
-        // An object (a struct serializes to one; `Null` would become one).
-        let mut state = serde_json::to_value(&with_mac).unwrap_or(Value::Null);
-        state["body"] = original_body.into();
-        state
-    }
-
-    /// What the signature covers: the state object without `mac`, as compact JSON. A decoded
-    /// continuation gives the same text as the one that was signed (its fields are all known,
-    /// and JSON maps serialize in one order), so nothing in the message escapes the signature.
-    pub fn signing_input(&self, original_body: &str) -> String {
-        self.state(original_body, None).to_string()
+        serde_json::to_value(unsigned)
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The message body, signed with `key` (its id in `keyId`):
     /// `{"forewarnContinuation": {..., "keyId": <id>, "body": <original body>, "mac": <hex>}}`.
-    pub fn body(&self, key: &ContinuationKey, original_body: &str) -> String {
-        let signed = Continuation {
-            key_id: Some(key.id()),
-            ..self.clone()
-        };
-        let mac = key.sign(&signed.signing_input(original_body));
-        serde_json::json!({ CONTINUATION_KEY: signed.state(original_body, Some(mac)) }).to_string()
+    pub fn body(&self, key: &ContinuationKey) -> String {
+        let mut signed = self.clone();
+        signed.key_id = Some(key.id());
+        signed.mac = Some(key.sign(&signed.signing_input()));
+        let state = serde_json::to_value(signed).unwrap_or_default();
+        serde_json::json!({ CONTINUATION_KEY: state }).to_string()
     }
 
     /// Whether the message was signed with a key of `keys` (constant-time), or why not: an id
     /// that is not the ring's is [`Unverified::UnknownKey`] (the caller may read the keys again,
     /// once, and retry).
-    pub fn verify(&self, keys: &KeyRing, original_body: &str) -> Result<(), Unverified> {
-        let signed = self.key_id.zip(self.mac.as_deref());
-        keys.verify(signed, &self.signing_input(original_body))
+    pub fn verify(&self, keys: &KeyRing) -> Result<(), Unverified> {
+        keys.verify(self.key_id.zip(self.mac.as_deref()), &self.signing_input())
     }
 }
 
@@ -233,26 +234,19 @@ pub fn within_sqs_limit(body: String) -> Result<String, TooLarge> {
     }
 }
 
-/// A continuation message taken apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unwrapped {
-    pub continuation: Continuation,
-    /// The original message body.
-    pub body: String,
-}
-
-/// When `value` is a continuation message's body received at `now`: its progress, its plan and
-/// the original body, or what is wrong with it; `Ok(None)` when it is not a continuation at all.
-/// Its signature is not checked here (that needs the key: the pipeline does it), but its plan
-/// must be a plan and its times are checked: each within the sane range of `now`
-/// ([`crate::domain::time::within_sane_range`]; a later pass adds intervals to them).
+/// When `value` is a continuation message's body received at `now`: the continuation (its
+/// progress, its plan and the original body), or what is wrong with it; `Ok(None)` when it is
+/// not a continuation at all. Its signature is not checked here (that needs the key: the
+/// pipeline does it), but its plan must be a plan and its times are checked: each within the
+/// sane range of `now` ([`crate::domain::time::within_sane_range`]; a later pass adds intervals
+/// to them).
 ///
 /// What is wrong names the field under the message's `body` (`body.forewarnContinuation.plan`).
 pub fn unwrap(
     origin: &Origin,
     value: &Value,
     now: DateTime<Utc>,
-) -> Result<Option<Unwrapped>, DecodeError> {
+) -> Result<Option<Continuation>, DecodeError> {
     let Some(state) = value.as_object().and_then(|m| m.get(CONTINUATION_KEY)) else {
         return Ok(None);
     };
@@ -263,20 +257,19 @@ pub fn unwrap(
     let Value::Object(map) = state else {
         return Err(err("", "expected an object".into()));
     };
-    let mut map = map.clone();
-    let body = match map.remove("body") {
-        Some(Value::String(body)) => body,
+    // The original body is named first, whatever else is wrong.
+    match map.get("body") {
+        Some(Value::String(_)) => {}
         Some(_) => return Err(err(".body", "expected a string".into())),
         None => return Err(err(".body", "missing".into())),
-    };
-    let continuation: Continuation =
-        serde_json::from_value(Value::Object(map.clone())).map_err(|e| {
-            // A plan that is not a plan is named as such; any other error names the object.
-            match map.get("plan").map(Plan::deserialize) {
-                Some(Err(plan)) => err(".plan", format!("not a plan: {plan}")),
-                _ => err("", e.to_string()),
-            }
-        })?;
+    }
+    let continuation = Continuation::deserialize(state).map_err(|e| {
+        // A plan that is not a plan is named as such; any other error names the object.
+        match map.get("plan").map(Plan::deserialize) {
+            Some(Err(plan)) => err(".plan", format!("not a plan: {plan}")),
+            _ => err("", e.to_string()),
+        }
+    })?;
     if continuation.version != VERSION {
         return Err(err(
             ".version",
@@ -298,7 +291,7 @@ pub fn unwrap(
             within_sane_range(time, now).map_err(|m| err(name, m.to_string()))?;
         }
     }
-    Ok(Some(Unwrapped { continuation, body }))
+    Ok(Some(continuation))
 }
 
 #[cfg(test)]
@@ -306,7 +299,7 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
 
-    fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, DecodeError>> {
+    fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Continuation, DecodeError>> {
         super::unwrap(&Origin::bare("t.json"), value, now).transpose()
     }
 
@@ -399,22 +392,28 @@ mod tests {
     #[test]
     fn a_continuation_round_trips_with_the_original_body_and_its_signature() {
         let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
-        let c = Continuation::first(at(0), at(-1), plan());
-        let body = c.body(&key(7), original);
+        let c = Continuation::first(at(0), at(-1), plan(), original);
+        let body = c.body(&key(7));
         let value: Value = serde_json::from_str(&body).unwrap();
+        // The message is the state, its keys in order and the original body among them, and the
+        // mac of that state without it, as compact JSON.
+        assert!(body.starts_with(r#"{"forewarnContinuation":{"body":"{\"id\":\"e1\","#));
+        let mut state = value[CONTINUATION_KEY].as_object().unwrap().clone();
+        let mac = state.remove("mac").unwrap();
+        assert_eq!(mac, key(7).sign(&Value::Object(state).to_string()));
         let back = unwrap(&value, at(5)).unwrap().unwrap();
         assert_eq!(back.body, original);
-        assert_eq!(back.continuation.verify(&ring(7), &back.body), Ok(()));
-        assert!(back.continuation.mac.is_some());
+        assert_eq!(back.verify(&ring(7)), Ok(()));
+        assert!(back.mac.is_some());
         assert_eq!(
             Continuation {
                 key_id: None,
                 mac: None,
-                ..back.continuation.clone()
+                ..back.clone()
             },
             c
         );
-        let next = back.continuation.next(Some(at(30)));
+        let next = back.next(Some(at(30)));
         assert_eq!(next.pass, 2);
         assert_eq!(next.started_at, at(0));
         assert_eq!(next.heartbeat_at, Some(at(30)));
@@ -425,12 +424,12 @@ mod tests {
     #[test]
     fn forged_or_altered_continuations_do_not_verify() {
         let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
-        let c = Continuation::first(at(0), at(-1), plan());
-        let signed: Value = serde_json::from_str(&c.body(&key(7), original)).unwrap();
+        let c = Continuation::first(at(0), at(-1), plan(), original);
+        let signed: Value = serde_json::from_str(&c.body(&key(7))).unwrap();
         let decode = |v: &Value| unwrap(v, at(5)).unwrap().unwrap();
         // Another key: another forewarn, or a guess.
         let back = decode(&signed);
-        assert!(back.continuation.verify(&ring(8), &back.body).is_err());
+        assert!(back.verify(&ring(8)).is_err());
         // The node swapped in the plan, the body swapped, the pass or the start moved.
         let edits: [(&str, Value); 4] = [
             ("plan", {
@@ -449,7 +448,7 @@ mod tests {
             let mut forged = signed.clone();
             forged[CONTINUATION_KEY][field] = value;
             let back = decode(&forged);
-            let why = back.continuation.verify(&ring(7), &back.body).unwrap_err();
+            let why = back.verify(&ring(7)).unwrap_err();
             assert_eq!(why, Unverified::Mismatch, "{field}");
         }
         // Unsigned, or a signature that is not even hex.
@@ -459,14 +458,11 @@ mod tests {
             .unwrap()
             .remove("mac");
         let back = decode(&unsigned);
-        assert_eq!(
-            back.continuation.verify(&ring(7), &back.body),
-            Err(Unverified::NotSigned)
-        );
+        assert_eq!(back.verify(&ring(7)), Err(Unverified::NotSigned));
         let mut garbage = signed.clone();
         garbage[CONTINUATION_KEY]["mac"] = "zz".into();
         let back = decode(&garbage);
-        assert!(back.continuation.verify(&ring(7), &back.body).is_err());
+        assert!(back.verify(&ring(7)).is_err());
     }
 
     #[test]
@@ -482,47 +478,40 @@ mod tests {
     #[test]
     fn the_current_and_the_previous_key_verify_an_older_one_does_not() {
         let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
-        let c = Continuation::first(at(0), at(-1), plan());
+        let c = Continuation::first(at(0), at(-1), plan(), original);
         let first = ring(7);
         let decode = |body: &str| {
             let v: Value = serde_json::from_str(body).unwrap();
             unwrap(&v, at(5)).unwrap().unwrap()
         };
-        let signed = decode(&c.body(&first.current, original));
-        assert_eq!(
-            signed.continuation.key_id,
-            Some(1),
-            "the key id is in the message"
-        );
+        let signed = decode(&c.body(&first.current));
+        assert_eq!(signed.key_id, Some(1), "the key id is in the message");
         let once = first.rotated([8; 32]).unwrap();
         assert_eq!(once.current.id(), 2);
         let twice = once.rotated([9; 32]).unwrap();
         // Signed by the key before the rotation: still accepted after it, not after a second.
-        assert_eq!(signed.continuation.verify(&first, &signed.body), Ok(()));
-        assert_eq!(signed.continuation.verify(&once, &signed.body), Ok(()));
+        assert_eq!(signed.verify(&first), Ok(()));
+        assert_eq!(signed.verify(&once), Ok(()));
         assert_eq!(
-            signed.continuation.verify(&twice, &signed.body),
+            signed.verify(&twice),
             Err(Unverified::UnknownKey { id: 1, current: 3 })
         );
         // Signed by a key newer than the ring: unknown to it (the caller reads the keys again).
-        let newer = decode(&c.body(&twice.current, original));
+        let newer = decode(&c.body(&twice.current));
         assert_eq!(
-            newer.continuation.verify(&first, &newer.body),
+            newer.verify(&first),
             Err(Unverified::UnknownKey { id: 3, current: 1 })
         );
-        assert_eq!(newer.continuation.verify(&twice, &newer.body), Ok(()));
+        assert_eq!(newer.verify(&twice), Ok(()));
         // The id is signed: naming the other accepted key does not verify.
-        let mut moved: Value = serde_json::from_str(&c.body(&once.current, original)).unwrap();
+        let mut moved: Value = serde_json::from_str(&c.body(&once.current)).unwrap();
         moved[CONTINUATION_KEY]["keyId"] = 1.into();
         let moved = unwrap(&moved, at(5)).unwrap().unwrap();
-        assert_eq!(
-            moved.continuation.verify(&once, &moved.body),
-            Err(Unverified::Mismatch)
-        );
+        assert_eq!(moved.verify(&once), Err(Unverified::Mismatch));
         // A message naming no key (signed by one of id 0, say, its keyId then taken out): not
         // signed, whatever its mac.
         let zero = KeyRing::of(ContinuationKey::with_id(0, [7; 32]));
-        let mut old: Value = serde_json::from_str(&c.body(&zero.current, original)).unwrap();
+        let mut old: Value = serde_json::from_str(&c.body(&zero.current)).unwrap();
         let state = old[CONTINUATION_KEY].as_object_mut().unwrap();
         state.remove("keyId");
         let mut unsigned = state.clone();
@@ -532,10 +521,7 @@ mod tests {
             .sign(&Value::Object(unsigned).to_string())
             .into();
         let old = unwrap(&old, at(5)).unwrap().unwrap();
-        assert_eq!(
-            old.continuation.verify(&zero, &old.body),
-            Err(Unverified::NotSigned)
-        );
+        assert_eq!(old.verify(&zero), Err(Unverified::NotSigned));
     }
 
     #[test]
@@ -578,14 +564,14 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(
-            ok.continuation.room,
+            ok.room,
             Some(RoomWait {
                 until: now + chrono::Duration::seconds(65),
                 placeholders: 2
             })
         );
-        let next = ok.continuation.next(None);
-        assert_eq!(next.room, ok.continuation.room, "carried to the next pass");
+        let next = ok.next(None);
+        assert_eq!(next.room, ok.room, "carried to the next pass");
         let far = unwrap(
             &state(serde_json::json!({"until": "2040-01-01T00:00:00Z", "placeholders": 2})),
             now,

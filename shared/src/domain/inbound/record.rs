@@ -10,7 +10,8 @@ pub struct Record {
     pub event: Result<Event, DecodeError>,
     /// A later pass of the event's drain (see [`crate::domain::inbound::continuation`]).
     pub continuation: Option<Continuation>,
-    /// The SQS message body the event came in (what a continuation carries).
+    /// The body of the SQS message the record came in (a first delivery's is what its
+    /// continuations carry).
     pub body: Option<String>,
     /// The SQS queue's ARN (`eventSourceARN`), when the record came from one: where a
     /// continuation of its drain is sent.

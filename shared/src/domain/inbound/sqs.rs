@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::continuation::{self, Unwrapped};
+use super::continuation;
 use super::eventbridge::parse_event;
 use super::record::Record;
 use crate::domain::event::{DecodeError, Origin};
@@ -94,26 +94,25 @@ pub(super) fn decode_json_message(
 /// continuation's progress. An event whose `time` is empty is dated when the message was sent;
 /// times are checked against when it was received (`received`).
 fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
-    let body = msg.body.as_deref();
-    let (event, continuation, body) = match body_json(&origin, body) {
-        Err(error) => (Err(error), None, body.map(str::to_string)),
+    let (event, continuation) = match body_json(&origin, msg.body.as_deref()) {
+        Err(error) => (Err(error), None),
         Ok(value) => match continuation::unwrap(&origin, &value, received) {
             Ok(None) => {
                 let event = parse_event(&origin, &value, msg.sent_at(received), received);
-                (event, None, body.map(str::to_string))
+                (event, None)
             }
-            Err(error) => (Err(error), None, None),
+            Err(error) => (Err(error), None),
             // Its times were checked by `continuation::unwrap`.
-            Ok(Some(Unwrapped { continuation, body })) => {
-                let event = body_json(&origin, Some(&body))
-                    .and_then(|v| parse_event(&origin, &v, continuation.sent_at, received));
-                (event, Some(continuation), Some(body))
+            Ok(Some(c)) => {
+                let event = body_json(&origin, Some(&c.body))
+                    .and_then(|v| parse_event(&origin, &v, c.sent_at, received));
+                (event, Some(c))
             }
         },
     };
     Record {
         continuation,
-        body,
+        body: msg.body.clone(),
         queue_arn: msg.event_source_arn.clone(),
         ..Record::new(origin, event)
     }

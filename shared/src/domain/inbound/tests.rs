@@ -644,16 +644,22 @@ fn continuation_times_far_from_now_are_malformed() {
     let body = spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string();
     let key = ContinuationKey::new([1; 32]);
     let record = |c: &Continuation| {
-        let batch = json!({"Records": [{"messageId": "m1", "body": c.body(&key, &body)}]});
+        let batch = json!({"Records": [{"messageId": "m1", "body": c.body(&key)}]});
         decode_value("b.json", batch, received()).unwrap().remove(0)
     };
-    let ok = Continuation::first(received(), received(), a_plan());
+    let ok = Continuation::first(received(), received(), a_plan(), &body);
     let r = record(&ok);
     assert!(r.event.is_ok() && r.continuation.is_some());
     let far = parse_time("2999-01-01T00:00:00Z").unwrap();
     let cases = [
-        (Continuation::first(far, received(), a_plan()), "startedAt"),
-        (Continuation::first(received(), far, a_plan()), "sentAt"),
+        (
+            Continuation::first(far, received(), a_plan(), &body),
+            "startedAt",
+        ),
+        (
+            Continuation::first(received(), far, a_plan(), &body),
+            "sentAt",
+        ),
         (ok.next(Some(far)), "heartbeatAt"),
     ];
     for (c, field) in cases {
@@ -685,8 +691,8 @@ fn a_continuation_whose_plan_is_not_a_plan_is_malformed_naming_the_field() {
     use crate::domain::inbound::continuation::Continuation;
     use crate::domain::keys::ContinuationKey;
     let body = spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string();
-    let signed = Continuation::first(received(), received(), a_plan())
-        .body(&ContinuationKey::new([1; 32]), &body);
+    let signed = Continuation::first(received(), received(), a_plan(), &body)
+        .body(&ContinuationKey::new([1; 32]));
     let mut message: Value = serde_json::from_str(&signed).unwrap();
     for plan in [json!({}), json!("a plan"), json!({"event_id": 3})] {
         message["forewarnContinuation"]["plan"] = plan.clone();
