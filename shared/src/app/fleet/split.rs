@@ -124,7 +124,11 @@ pub fn join(records: &[Record], shares: Vec<(Share, Vec<Report>)>) -> Vec<Report
     let mut parts: Vec<Vec<Report>> = vec![Vec::new(); records.len()];
     for (share, reports) in shares {
         for (position, report) in share.positions.into_iter().zip(reports) {
-            parts[position].push(report);
+            // A position past the batch (a share built wrong) is dropped, never a panic: its
+            // record then reports "not processed", failed, and comes back.
+            if let Some(slot) = parts.get_mut(position) {
+                slot.push(report);
+            }
         }
     }
     records
