@@ -42,15 +42,6 @@ fn heartbeat_due(continuation: &Continuation, now: DateTime<Utc>) -> bool {
     (continuation.heartbeat_at).is_none_or(|at| now - at >= span(HEARTBEAT_EVERY))
 }
 
-/// How a drain pass ended.
-pub(super) enum PassEnd {
-    /// Nothing is pending: the drain is over, `Acted`, or `Ignored` when every action was
-    /// refused by its live verification.
-    Done(Outcome),
-    /// Pending: the next pass, due after the duration.
-    Next(Box<Continuation>, Duration),
-}
-
 impl Pipeline<'_> {
     /// The plan a continuation carries, once it is shown to be forewarn's own and still this
     /// event's (see [`Pipeline::refusal`]). A continuation that is not is refused (ignored, with
@@ -205,19 +196,8 @@ impl Pipeline<'_> {
             if !plan.has_node_work() {
                 return Ok(Outcome::Acted);
             }
-            let end = self.drain_passes(executor, plan, continuation.clone(), record, out);
-            match (end.await?, self.queue_for(record)) {
-                (PassEnd::Done(outcome), _) => return Ok(outcome),
-                (PassEnd::Next(next, after), Some(queue)) if !record.kept => {
-                    let arn = queue.arn.to_string();
-                    let body = self.send(queue, &next, after).await?;
-                    self.keep_if_refused(out, body, arn);
-                }
-                // A kept copy's drain goes on through its queued twin (one without a queue
-                // was carried on here to its end).
-                (PassEnd::Next(..), _) => {}
-            }
-            Ok::<_, PortError>(Outcome::Acted)
+            self.drain_passes(executor, plan, continuation.clone(), record, out)
+                .await
         };
         match done.await {
             Ok(outcome) => Report { outcome, ..report },
@@ -226,9 +206,10 @@ impl Pipeline<'_> {
     }
 
     /// Drain passes of `plan` for `record` from `continuation`, their results put in `report`:
-    /// one when the next is queued ([`Pipeline::queue_for`]) or `record` is a kept copy (see
-    /// [`kept`]: its pass is quiet, no Event, and its queued twin carries the drain on); else
-    /// pass after pass here, the clock letting the time between them pass, until it is over.
+    /// one, its next queued, when `record` has a queue ([`Pipeline::queue_for`]), or none when
+    /// it is a kept copy (see [`kept`]: its pass is quiet, no Event, and its queued twin carries
+    /// the drain on); else pass after pass here, the clock letting the time between them pass,
+    /// until it is over. `Ignored` when every action was refused by its live verification.
     pub(super) async fn drain_passes(
         &self,
         executor: &dyn Executor,
@@ -236,8 +217,7 @@ impl Pipeline<'_> {
         mut continuation: Continuation,
         record: &Record,
         report: &mut Report,
-    ) -> Result<PassEnd, PortError> {
-        let here = !record.kept && self.queue_for(record).is_none();
+    ) -> Result<Outcome, PortError> {
         loop {
             let pass = Pass::Drain {
                 started_at: continuation.started_at,
@@ -252,11 +232,11 @@ impl Pipeline<'_> {
             if let Some(why) = refusals(&results) {
                 report.reason = Some(why);
                 if results.iter().all(|r| r.refused.is_some()) {
-                    return Ok(PassEnd::Done(Outcome::Ignored));
+                    return Ok(Outcome::Ignored);
                 }
             }
-            if !pending {
-                return Ok(PassEnd::Done(Outcome::Acted));
+            if !pending || record.kept {
+                return Ok(Outcome::Acted);
             }
             let last_beat = report.actions.iter().filter_map(|a| a.heartbeat_at).max();
             let mut next = continuation.next(last_beat);
@@ -267,8 +247,10 @@ impl Pipeline<'_> {
                 .reduce(|a, b| Some(a?.and(b?)))
                 .flatten();
             let after = next_pass_after(&results, self.passes.interval, self.clock.now());
-            if !here {
-                return Ok(PassEnd::Next(Box::new(next), after));
+            if let Some(queue) = self.queue_for(record) {
+                let body = self.send(queue, &next, after).await?;
+                self.keep_if_refused(report, body, queue.arn.to_string());
+                return Ok(Outcome::Acted);
             }
             self.clock.sleep(after).await;
             continuation = next;
