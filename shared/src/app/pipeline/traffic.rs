@@ -175,13 +175,8 @@ impl Pipeline<'_> {
         // rounds follow the cordons, each taking off the nodes cordoned since the last.
         let made = async {
             self.offer(rounds, &key, doomed, now).await?;
-            let claim = rounds.claim(&key, self.clock.now(), traffic.budget).await?;
-            if let Claim::Taken(taken, groups) = claim {
-                let end = now + span(traffic.budget);
-                self.make_round(traffic, rounds, &key, (&taken, &groups), end)
-                    .await?;
-            }
-            Ok::<_, PortError>(())
+            let end = now + span(traffic.budget);
+            self.claim_round(traffic, rounds, &key, end).await
         };
         if let Err(e) = made.await {
             tracing::warn!(error = %e, "drains' instances not offered to the rounds early");
@@ -205,7 +200,7 @@ impl Pipeline<'_> {
             .await?;
         while done.len() < doomed.len() && self.clock.now() < end {
             let now = self.clock.now();
-            match rounds.claim(key, now, traffic.budget).await? {
+            match self.claim_round(traffic, rounds, key, end).await? {
                 Claim::Quiet { since, .. } => return Ok(Err(since)),
                 Claim::NotYet(next) => {
                     let wait = (next.min(end) - now).to_std().unwrap_or_default();
@@ -215,11 +210,8 @@ impl Pipeline<'_> {
                 // A round is being made (perhaps with this batch's instances): its outcomes
                 // come any moment.
                 Claim::Making(_) | Claim::Nothing => self.clock.sleep(LOOK_EVERY).await,
-                // This batch's round, made by `end`.
-                Claim::Taken(taken, groups) => {
-                    let made = self.make_round(traffic, rounds, key, (&taken, &groups), end);
-                    made.await?;
-                }
+                // This batch's round, made.
+                Claim::Taken(..) => {}
             }
             done = self.answered(rounds, key, doomed, offered).await?;
         }
@@ -258,20 +250,23 @@ impl Pipeline<'_> {
         rounds.offer(key, &signed.collect::<Vec<_>>(), now).await
     }
 
-    /// The round this batch claimed: `taken` off the load balancers of `key` (their groups as
-    /// the last round knew them given to an environment that knows none), within the
-    /// budget (and by the batch's `end`), and settled for every batch that waits on it. Only a
-    /// round given its whole budget that did not answer quiets the rounds. What the round may
-    /// not take off (not signed by forewarn, a forged address: see [`Doomed::verify`]) is
-    /// settled refused, untouched.
-    async fn make_round(
+    /// The next round of `key` claimed, and when it is this batch's ([`Claim::Taken`]), made:
+    /// what it took off the load balancers of `key` (their groups as the last round knew them
+    /// given to an environment that knows none), within the budget (and by the batch's `end`),
+    /// and settled for every batch that waits on it. Only a round given its whole budget that
+    /// did not answer quiets the rounds. What the round may not take off (not signed by
+    /// forewarn, a forged address: see [`Doomed::verify`]) is settled refused, untouched.
+    async fn claim_round(
         &self,
         traffic: &Traffic,
         rounds: &dyn TrafficRounds,
         key: &ClusterId,
-        (taken, groups): (&[Doomed], &[String]),
         end: DateTime<Utc>,
-    ) -> Result<(), PortError> {
+    ) -> Result<Claim, PortError> {
+        let claim = rounds.claim(key, self.clock.now(), traffic.budget).await?;
+        let Claim::Taken(taken, groups) = &claim else {
+            return Ok(claim);
+        };
         // The keys are read again once when a signature names a key newer than those known.
         let newer = |r: &Refused| matches!(r, Refused::Unverified(Unverified::UnknownKey { .. }));
         let round = round_of(key);
@@ -295,7 +290,8 @@ impl Pipeline<'_> {
             settled.outcomes.insert(d.instance_id.clone(), outcome);
         }
         if doomed.is_empty() {
-            return rounds.settle(key, &settled, self.clock.now()).await;
+            rounds.settle(key, &settled, self.clock.now()).await?;
+            return Ok(claim);
         }
         let budget_end = started + span(traffic.budget);
         let round = (traffic.balancers).deregister(key, &doomed, groups);
@@ -339,7 +335,8 @@ impl Pipeline<'_> {
         settled.outcomes.extend(done.outcomes(&doomed, started));
         settled.next = Some(next_round(started, done.deregisters));
         settled.quiet_until = done.throttled.then(|| now + span(QUIET_FOR));
-        rounds.settle(key, &settled, now).await
+        rounds.settle(key, &settled, now).await?;
+        Ok(claim)
     }
 }
 
