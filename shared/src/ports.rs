@@ -307,20 +307,6 @@ pub trait NodeDirectory: Send + Sync {
     async fn all(&self) -> Result<Vec<NodeFacts>, PortError>;
 }
 
-/// No instance facts at all (replay without `--instances`).
-pub struct NoInstances;
-
-#[async_trait]
-impl InstanceDirectory for NoInstances {
-    async fn describe(
-        &self,
-        _place: &Place,
-        _instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
-        Ok(BTreeMap::new())
-    }
-}
-
 /// No nodes at all (replay without `--cluster-state`).
 pub struct NoNodes;
 

@@ -97,7 +97,7 @@ impl Handler {
             config,
             mode: Mode::Act,
             store,
-            instances: Arc::new(crate::ports::NoInstances),
+            instances: Arc::new(crate::adapters::snapshot::SnapshotInstances::default()),
             fleet: Fleet::one(Cluster::none()),
             notifier: None,
             redelivery: None,

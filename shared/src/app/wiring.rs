@@ -41,8 +41,8 @@ use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Mode;
 use crate::domain::inbound::continuation::Tenant;
 use crate::ports::{
-    Clock, ClusterCatalog, ContinuationQueue, InstanceDirectory, NoInstances, Notifier, PoolStore,
-    PortError, Redelivery,
+    Clock, ClusterCatalog, ContinuationQueue, InstanceDirectory, Notifier, PoolStore, PortError,
+    Redelivery,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -129,7 +129,8 @@ pub async fn services_on(
         (InstanceChoice::Ec2, Some((sdk, accounts))) => {
             Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts.clone()))
         }
-        _ => Arc::new(NoInstances),
+        // No instance facts at all: an empty capture.
+        _ => Arc::new(SnapshotInstances::default()),
     };
     let fleet = fleet(settings, aws, &clock, &store).await?;
     let traffic = traffic(settings, aws, &clock);
