@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use forewarn::adapters::kube::ClusterClient;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use forewarn::adapters::clock::ManualClock;
+use forewarn::adapters::kube::{EksAccess, TOKEN_CACHE_LIFETIME, connect_eks};
 use forewarn::ports::NodeDirectory;
 use kube_fake::Method;
 use serde_json::json;
@@ -126,19 +128,26 @@ async fn eks_clients_carry_an_iam_token_made_anew_when_it_expires() {
         )
         .with_state(seen.clone());
     let url = serve(app).await;
-    let mut base = kube::Config::new(url.parse().unwrap());
-    base.default_retry = false;
+    // The cluster as EKS describes it (its endpoint: the server above), reached with credentials
+    // that count their calls, on a clock the test moves.
+    let eks = forewarn_tests::eks::EksFake::at(&[("demo", &url)]).await;
     let credentials = CountingCredentials::default();
-    let provider =
-        aws_credential_types::provider::SharedCredentialsProvider::new(credentials.clone());
-
-    let clients = ClusterClient::eks(
-        base.clone(),
-        "demo",
-        "eu-west-1",
-        provider.clone(),
-        forewarn::adapters::kube::TOKEN_CACHE_LIFETIME,
-    );
+    let sdk = aws_config::SdkConfig::builder()
+        .region(aws_types::region::Region::new("eu-west-1"))
+        .credentials_provider(SharedCredentialsProvider::new(credentials.clone()))
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .build();
+    let sdk = forewarn_tests::eks::with_eks(&sdk, &eks.url());
+    let access = EksAccess {
+        cluster: "demo".into(),
+        region: None,
+    };
+    let clock = ManualClock::at(chrono::Utc::now());
+    let clients = connect_eks(&access, &sdk, None).await.unwrap();
+    let clients = clients.with_clock(clock.shared());
+    // Counted from here: `DescribeCluster` signed with them too.
+    let described = credentials.calls.load(std::sync::atomic::Ordering::SeqCst);
+    let calls = || credentials.calls.load(std::sync::atomic::Ordering::SeqCst) - described;
     for _ in 0..2 {
         let version = clients
             .client()
@@ -149,7 +158,6 @@ async fn eks_clients_carry_an_iam_token_made_anew_when_it_expires() {
             .unwrap();
         assert_eq!(version.git_version, "v1.33.0-eks-1");
     }
-    let calls = || credentials.calls.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(calls(), 1, "the token is cached");
     let auths = seen.lock().unwrap().clone();
     assert_eq!(auths.len(), 2);
@@ -174,21 +182,13 @@ async fn eks_clients_carry_an_iam_token_made_anew_when_it_expires() {
         assert!(presigned.contains(part), "{part} in {presigned}");
     }
 
-    // A token past its lifetime is made anew on the next use.
-    let expiring = ClusterClient::eks(base, "demo", "eu-west-1", provider, Duration::ZERO);
-    expiring
-        .client()
-        .await
-        .unwrap()
-        .apiserver_version()
-        .await
-        .unwrap();
-    expiring
-        .client()
-        .await
-        .unwrap()
-        .apiserver_version()
-        .await
-        .unwrap();
-    assert_eq!(calls(), 3);
+    // A token is used until its lifetime is over, and made anew on the next use after that.
+    let version = || async { clients.client().await.unwrap().apiserver_version().await };
+    clock.advance(TOKEN_CACHE_LIFETIME - Duration::from_secs(1));
+    version().await.unwrap();
+    assert_eq!(calls(), 1, "within its lifetime");
+    clock.advance(Duration::from_secs(1));
+    version().await.unwrap();
+    assert_eq!(calls(), 2, "past its lifetime");
+    assert_ne!(seen.lock().unwrap().last(), Some(&auths[0]), "a new token");
 }

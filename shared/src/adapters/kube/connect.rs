@@ -97,12 +97,14 @@ enum Inner {
     Eks(Box<EksClients>),
 }
 
+/// EKS: clients for `base` (endpoint and CA, no credentials) carrying a token for `cluster`
+/// signed in `region` with `credentials`, each token used for [`TOKEN_CACHE_LIFETIME`] at most and
+/// never past the credentials' expiry.
 struct EksClients {
     base: ::kube::Config,
     cluster: String,
     region: String,
     credentials: SharedCredentialsProvider,
-    lifetime: Duration,
     cached: Mutex<Option<(::kube::Client, DateTime<Utc>)>>,
 }
 
@@ -234,26 +236,6 @@ impl ClusterClient {
         ClockSleeper(Arc::clone(&self.clock))
     }
 
-    /// EKS: clients for `base` (endpoint and CA, no credentials) carrying a token for
-    /// `cluster` signed in `region` with `credentials`, each token used for `lifetime` at most
-    /// ([`TOKEN_CACHE_LIFETIME`] in production) and never past the credentials' expiry.
-    pub fn eks(
-        base: ::kube::Config,
-        cluster: impl Into<String>,
-        region: impl Into<String>,
-        credentials: SharedCredentialsProvider,
-        lifetime: Duration,
-    ) -> ClusterClient {
-        ClusterClient::of(Inner::Eks(Box::new(EksClients {
-            base,
-            cluster: cluster.into(),
-            region: region.into(),
-            credentials,
-            lifetime,
-            cached: Mutex::new(None),
-        })))
-    }
-
     /// A client to send requests with now (for EKS, with a token valid for a while yet).
     pub async fn client(&self) -> Result<::kube::Client, PortError> {
         match &*self.inner {
@@ -280,7 +262,7 @@ impl EksClients {
         let token = eks_token(&self.cluster, &self.region, &credentials, signed_at)
             .map_err(|e| PortError::new("EKS token", FailureKind::Unknown, e))?;
         // A token is good for the cache lifetime, and not past the credentials' expiry.
-        let mut lifetime = self.lifetime;
+        let mut lifetime = TOKEN_CACHE_LIFETIME;
         if let Some(expiry) = credentials.expiry() {
             lifetime = lifetime.min(expiry.duration_since(signed_at).unwrap_or_default());
         }
@@ -432,14 +414,14 @@ pub async fn connect_eks(
         eks_error(&cluster, FailureKind::Unavailable, why)
     })?;
     let ca = found.and_then(|c| c.certificate_authority()?.data());
-    let base = base_config(&cluster, endpoint, ca, identity).await?;
-    Ok(ClusterClient::eks(
-        base,
+    let eks = EksClients {
+        base: base_config(&cluster, endpoint, ca, identity).await?,
         cluster,
         region,
         credentials,
-        TOKEN_CACHE_LIFETIME,
-    ))
+        cached: Mutex::default(),
+    };
+    Ok(ClusterClient::of(Inner::Eks(Box::new(eks))))
 }
 
 /// The kube configuration of an endpoint and CA (base64 PEM), without credentials, tuned (see

@@ -26,9 +26,12 @@ const SERVICE: &str = "kubernetes";
 /// `get`s at once.
 const PARALLELISM: usize = 8;
 
-/// The nodes' API, with `clients`' client.
-async fn api(clients: &ClusterClient) -> Result<Api<Node>, PortError> {
-    Ok(Api::all(clients.client().await.map_err(directory_error)?))
+/// Every node: one paged `list`.
+async fn list_nodes(clients: &ClusterClient) -> Result<Vec<Node>, PortError> {
+    let api = Api::all(clients.client().await.map_err(directory_error)?);
+    list_all(clients, &api, "nodes")
+        .await
+        .map_err(directory_error)
 }
 
 fn directory_error(e: impl Into<KubeError>) -> PortError {
@@ -56,7 +59,8 @@ impl NodeDirectory for ClusterClient {
         if instances.is_empty() {
             return Ok(Vec::new());
         }
-        let api = api(clients).await?;
+        // A client that cannot be made (an EKS token) fails the lookup once, not once per get.
+        clients.client().await.map_err(directory_error)?;
         let names: BTreeSet<String> = instances
             .iter()
             .filter_map(|i| i.private_dns.as_deref())
@@ -88,8 +92,7 @@ impl NodeDirectory for ClusterClient {
                 missing = missing.len(),
                 "instances not found by node name: listing the nodes"
             );
-            let all = list_all(clients, &api, "nodes").await;
-            for node in all.map_err(directory_error)? {
+            for node in list_nodes(clients).await? {
                 let facts = node_facts(&node);
                 if missing.iter().any(|i| names_instance(&facts, i)) {
                     found.insert(facts.name.clone(), facts);
@@ -101,12 +104,7 @@ impl NodeDirectory for ClusterClient {
 
     /// One paged `list` of the nodes.
     async fn all(&self) -> Result<Vec<NodeFacts>, PortError> {
-        let all = list_all(self, &api(self).await?, "nodes").await;
-        Ok(all
-            .map_err(directory_error)?
-            .iter()
-            .map(node_facts)
-            .collect())
+        Ok(list_nodes(self).await?.iter().map(node_facts).collect())
     }
 }
 

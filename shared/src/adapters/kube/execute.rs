@@ -54,12 +54,15 @@ use crate::ports::{ActionResult, DrainRole, Executor, Pass, PortError, Work};
 impl KubeExecutor {
     /// Carries out every node action of `plan` (concurrently) for `pass`, with what each did. An
     /// error from any means the event must come back (the others were still carried out). No
-    /// deadline: see [`KubeExecutor::run_in`].
+    /// deadline: see [`KubeExecutor::run_in`]. (The tests' way in: the port's is
+    /// [`Executor::execute`].)
+    #[cfg(any(test, feature = "fixtures"))]
     pub async fn run(&self, plan: &Plan, pass: Pass) -> Result<Vec<NodeOutcome>, PortError> {
         self.run_in(plan, pass, Work::default()).await
     }
 
-    /// [`KubeExecutor::run`] as part of `work`: its calls retry transient failures until the
+    /// Carries out every node action of `plan` (concurrently) for `pass`, with what each did,
+    /// as part of `work`: its calls retry transient failures until the
     /// work's deadline. Every pass but the cordon runs in [`Lane::Later`] of the rate limit: a
     /// drain's node reads and Events do not go before other nodes' cordons.
     pub async fn run_in(

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use super::connect::ClusterClient;
 use crate::domain::admission::RefusedBy;
 use crate::domain::config::Config;
-use crate::ports::{Clock, LifecycleCompleter, PoolStore};
+use crate::ports::{LifecycleCompleter, PoolStore};
 
 /// How the executor works.
 #[derive(Debug, Clone)]
@@ -87,8 +87,9 @@ impl KubeExecutor {
         self
     }
 
-    /// The clock the executor goes by (its client's).
-    pub fn clock(&self) -> &dyn Clock {
+    /// The clock the executor goes by (its client's), for the tests.
+    #[cfg(any(test, feature = "fixtures"))]
+    pub fn clock(&self) -> &dyn crate::ports::Clock {
         self.clients.clock()
     }
 
