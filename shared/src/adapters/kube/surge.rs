@@ -201,7 +201,7 @@ impl KubeExecutor {
                 placeholder: placeholder_for(pod, (node, node_uid), event_id, deadline, latest),
             });
         }
-        for (_, created, made) in self.create_all(making, end).await {
+        for (created, made) in self.create_all(making, end).await {
             match created {
                 Created::New => report.placeholders_created += 1,
                 // There, or not made yet: the next look finds it, or finds it missing and asks again.
@@ -340,22 +340,15 @@ enum Created {
 
 impl KubeExecutor {
     /// Creates the placeholders of `making` (at most [`EVICTIONS_AT_ONCE`] at once) by
-    /// `end` (the step's budget, see [`create`]); answers what became of each, by its index in
-    /// `making`.
-    async fn create_all(
-        &self,
-        making: Vec<Making>,
-        end: DateTime<Utc>,
-    ) -> Vec<(usize, Created, Making)> {
+    /// `end` (the step's budget, see [`create`]); answers what became of each, in the order of
+    /// their pods' uids.
+    async fn create_all(&self, making: Vec<Making>, end: DateTime<Utc>) -> Vec<(Created, Making)> {
         let (clients, memory) = (&self.clients, &self.surge_memory);
         let asked = making.len();
         // The futures made first (a stream mapping borrowed items would not be `Send` for every
         // lifetime, as the executor's futures must be).
-        let creates: Vec<_> = (making.into_iter().enumerate())
-            .map(|(i, m)| async move {
-                let created = create(clients, memory, &m, end).await;
-                (i, created, m)
-            })
+        let creates: Vec<_> = (making.into_iter())
+            .map(|m| async move { (create(clients, memory, &m, end).await, m) })
             .collect();
         let work = futures::stream::iter(creates).buffer_unordered(EVICTIONS_AT_ONCE);
         let mut answers: Vec<_> = work.collect().await;
@@ -365,7 +358,7 @@ impl KubeExecutor {
                 "placeholders not all made within the step's budget: those not sent are asked again by the next pass, the others' pods are evicted as without surge"
             );
         }
-        answers.sort_by_key(|(i, ..)| *i);
+        answers.sort_by(|(_, a), (_, b)| a.uid.cmp(&b.uid));
         answers
     }
 }
