@@ -175,9 +175,10 @@ fn next_look(
     (acted, deferred, due_gone): (bool, usize, Option<DateTime<Utc>>),
     (now, deadline): (DateTime<Utc>, DateTime<Utc>),
 ) {
+    let room = surge.and_then(|s| s.room(deadline));
     if report.pending && !acted {
         report.wait_until = due_gone.map(|t| t.min(deadline));
-    } else if let Some(room) = surge.and_then(|s| s.room(deadline))
+    } else if let Some(room) = room
         && report.evicted.is_empty()
         && report.left.is_empty()
         && deferred == report.waiting.len()
@@ -185,17 +186,11 @@ fn next_look(
         // Only waiting for room: look again when a placeholder may run or a pod is due.
         report.wait_until = Some(room.next_look(now));
         report.room = Some(room);
-    } else if let Some(surge) = surge
-        && report.evicted.is_empty()
-        && !report.left.is_empty()
-    {
+    } else if surge.is_some() && report.evicted.is_empty() && !report.left.is_empty() {
         // Every eviction refused: a pod waiting for room still looks at its own time (at most
         // CHECK_EVERY away).
-        let room = surge.room(deadline);
-        report.wait_until = Some(
-            room.map_or(now + CHECK_EVERY, |r| r.next_look(now))
-                .min(deadline),
-        );
+        let next = room.map_or(now + CHECK_EVERY, |r| r.next_look(now));
+        report.wait_until = Some(next.min(deadline));
     }
 }
 

@@ -54,6 +54,7 @@ use crate::domain::surge::{
     LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen, RoomWait, STEP_BUDGET,
     due, latest_safe, node_label_value, placeholder_name,
 };
+use crate::ports::until;
 
 /// What a drain pass's surge decided.
 #[derive(Debug, Default)]
@@ -146,10 +147,14 @@ impl KubeExecutor {
         let mut rounds = earlier_rounds(to_evict);
         if first {
             let budgets = budget_rounds(clients, memory, &surging);
-            let budgets = crate::ports::until(clients.clock(), end, budgets).await;
-            for uid in budgets.unwrap_or_default() {
-                let e = rounds.entry(uid).or_default();
-                *e = (*e).max(1);
+            for uid in until(clients.clock(), end, budgets)
+                .await
+                .unwrap_or_default()
+            {
+                rounds
+                    .entry(uid)
+                    .and_modify(|r| *r = (*r).max(1))
+                    .or_insert(1);
             }
         }
         let latest_of = |pod: &Pod, uid: &str| {
@@ -196,7 +201,7 @@ impl KubeExecutor {
                 placeholder: placeholder_for(pod, (node, node_uid), event_id, deadline, latest),
             });
         }
-        for (_, created, made) in self.create_all(making, end).await {
+        for (created, made) in self.create_all(making, end).await {
             match created {
                 Created::New => report.placeholders_created += 1,
                 // There, or not made yet: the next look finds it, or finds it missing and asks again.
@@ -240,7 +245,7 @@ async fn kept_placeholders(
 ) -> BTreeMap<String, Pod> {
     let clock = clients.clock();
     let nodes = [node.to_string()];
-    let existing = match crate::ports::until(clock, end, of_nodes(clients, &nodes)).await {
+    let existing = match until(clock, end, of_nodes(clients, &nodes)).await {
         Some(Ok(found)) => found,
         failed => {
             let error = failed.and_then(Result::err).map(|e| e.to_string());
@@ -249,21 +254,15 @@ async fn kept_placeholders(
             Vec::new()
         }
     };
-    let mut by_pod = BTreeMap::new();
-    for ph in existing {
-        let uid = annotation(&ph, ANNOTATION_POD_UID).unwrap_or_default();
-        if listed
-            .iter()
-            .any(|p| p.metadata.uid.as_deref() == Some(uid))
-        {
-            by_pod.insert(uid.to_string(), ph);
-        } else {
-            let deleted = delete_all(clients, std::slice::from_ref(&ph));
-            let deleted = crate::ports::until(clock, end, deleted).await;
-            report.placeholders_deleted += deleted.map_or(0, |(gone, _)| gone);
-        }
-    }
-    by_pod
+    let (kept, gone): (Vec<Pod>, Vec<Pod>) = existing.into_iter().partition(|ph| {
+        let uid = annotation(ph, ANNOTATION_POD_UID);
+        listed.iter().any(|p| p.metadata.uid.as_deref() == uid)
+    });
+    let deleted = until(clock, end, delete_all(clients, &gone)).await;
+    report.placeholders_deleted += deleted.map_or(0, |(gone, _)| gone);
+    (kept.into_iter())
+        .filter_map(|ph| Some((annotation(&ph, ANNOTATION_POD_UID)?.to_string(), ph)))
+        .collect()
 }
 
 /// The placeholder runs on another node than the doomed one.
@@ -304,12 +303,9 @@ pub(crate) async fn room_of(
     let mut seen: BTreeMap<_, _> = nodes.iter().map(|n| (n.clone(), none)).collect();
     for ph in of_nodes(clients, nodes).await? {
         let node = annotation(&ph, ANNOTATION_NODE).unwrap_or_default();
-        let running = u32::from(running_elsewhere(&ph, node));
         if let Some(s) = seen.get_mut(node) {
-            *s = s.and(RoomSeen {
-                placeholders: 1,
-                running,
-            });
+            s.placeholders += 1;
+            s.running += u32::from(running_elsewhere(&ph, node));
         }
     }
     Ok(seen)
@@ -344,22 +340,15 @@ enum Created {
 
 impl KubeExecutor {
     /// Creates the placeholders of `making` (at most [`EVICTIONS_AT_ONCE`] at once) by
-    /// `end` (the step's budget, see [`create`]); answers what became of each, by its index in
-    /// `making`.
-    async fn create_all(
-        &self,
-        making: Vec<Making>,
-        end: DateTime<Utc>,
-    ) -> Vec<(usize, Created, Making)> {
+    /// `end` (the step's budget, see [`create`]); answers what became of each, in the order of
+    /// their pods' uids.
+    async fn create_all(&self, making: Vec<Making>, end: DateTime<Utc>) -> Vec<(Created, Making)> {
         let (clients, memory) = (&self.clients, &self.surge_memory);
         let asked = making.len();
         // The futures made first (a stream mapping borrowed items would not be `Send` for every
         // lifetime, as the executor's futures must be).
-        let creates: Vec<_> = (making.into_iter().enumerate())
-            .map(|(i, m)| async move {
-                let created = create(clients, memory, &m, end).await;
-                (i, created, m)
-            })
+        let creates: Vec<_> = (making.into_iter())
+            .map(|m| async move { (create(clients, memory, &m, end).await, m) })
             .collect();
         let work = futures::stream::iter(creates).buffer_unordered(EVICTIONS_AT_ONCE);
         let mut answers: Vec<_> = work.collect().await;
@@ -369,7 +358,7 @@ impl KubeExecutor {
                 "placeholders not all made within the step's budget: those not sent are asked again by the next pass, the others' pods are evicted as without surge"
             );
         }
-        answers.sort_by_key(|(i, ..)| *i);
+        answers.sort_by(|(_, a), (_, b)| a.uid.cmp(&b.uid));
         answers
     }
 }
@@ -396,7 +385,7 @@ async fn create(
         clients.throttle().await;
         Ok::<_, crate::ports::PortError>(client)
     };
-    let client = match crate::ports::until(clock, end, ready).await {
+    let client = match until(clock, end, ready).await {
         None => return Created::Later,
         Some(Ok(client)) => client,
         Some(Err(e)) => {
@@ -408,7 +397,7 @@ async fn create(
     // One attempt, never retried: a failure is itself the answer (its pod is evicted at once).
     let params = PostParams::default();
     let created = pods.create(&params, &m.placeholder);
-    let Some(created) = crate::ports::until(clock, end, created).await else {
+    let Some(created) = until(clock, end, created).await else {
         return Created::Not;
     };
     let now = clock.now();
@@ -506,57 +495,50 @@ pub(crate) async fn budget_rounds(
     pods: &[(&Pod, &str)],
 ) -> BTreeSet<String> {
     let namespaces: BTreeSet<&str> = pods.iter().map(|(p, _)| namespace(p)).collect();
-    let mut serial: Vec<(&str, Selector)> = Vec::new();
+    let mut uids = BTreeSet::new();
     let mut kept = memory.budgets.lock().await;
     for ns in namespaces {
         let now = clients.clock().now();
-        if let Some((at, selectors)) = kept.get(ns)
-            && now - *at < BUDGETS_KEPT
-        {
-            serial.extend(selectors.iter().map(|s| (ns, s.clone())));
-            continue;
-        }
-        let client = match clients.client().await {
-            Ok(client) => client,
-            Err(e) => {
-                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
-                break;
-            }
-        };
-        let api: Api<PodDisruptionBudget> = Api::namespaced(client, ns);
-        let what = format!("poddisruptionbudgets in {ns}");
-        let params = ListParams::default();
-        let listed = match with_retry(clients, "list", &what, || api.list(&params)).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
-                // The API server in trouble (not a refusal): nothing is kept, so the
-                // namespace's next drain lists again.
-                if !matches!(e.status, Some(401 | 403 | 404)) {
-                    continue;
+        if kept.get(ns).is_none_or(|(at, _)| now - *at >= BUDGETS_KEPT) {
+            let client = match clients.client().await {
+                Ok(client) => client,
+                Err(e) => {
+                    tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
+                    break;
                 }
-                Vec::new()
+            };
+            let api: Api<PodDisruptionBudget> = Api::namespaced(client, ns);
+            let what = format!("poddisruptionbudgets in {ns}");
+            let params = ListParams::default();
+            let listed = match with_retry(clients, "list", &what, || api.list(&params)).await {
+                Ok(list) => list.items,
+                Err(e) => {
+                    tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
+                    // The API server in trouble (not a refusal): nothing is kept, so the
+                    // namespace's next drain lists again.
+                    if !matches!(e.status, Some(401 | 403 | 404)) {
+                        continue;
+                    }
+                    Vec::new()
+                }
+            };
+            let in_rounds =
+                |s: &PodDisruptionBudgetStatus| s.expected_pods > 0 && s.desired_healthy > 0;
+            let selectors: Vec<Selector> = (listed.into_iter())
+                .filter(|pdb| pdb.status.as_ref().is_some_and(in_rounds))
+                .filter_map(|pdb| Selector::try_from(pdb.spec?.selector?).ok())
+                .filter(|s| !s.selects_all())
+                .collect();
+            kept.insert(ns.to_string(), (now, selectors));
+        }
+        let selectors = kept.get(ns).map(|(_, s)| s.as_slice()).unwrap_or_default();
+        for (pod, uid) in pods.iter().filter(|(pod, _)| namespace(pod) == ns) {
+            if selectors.iter().any(|s| s.matches(pod.labels())) {
+                uids.insert(uid.to_string());
             }
-        };
-        let in_rounds =
-            |s: &PodDisruptionBudgetStatus| s.expected_pods > 0 && s.desired_healthy > 0;
-        let selectors: Vec<Selector> = (listed.into_iter())
-            .filter(|pdb| pdb.status.as_ref().is_some_and(in_rounds))
-            .filter_map(|pdb| Selector::try_from(pdb.spec?.selector?).ok())
-            .filter(|s| !s.selects_all())
-            .collect();
-        serial.extend(selectors.iter().map(|s| (ns, s.clone())));
-        kept.insert(ns.to_string(), (now, selectors));
+        }
     }
-    drop(kept);
-    (pods.iter())
-        .filter(|(pod, _)| {
-            serial
-                .iter()
-                .any(|(n, s)| *n == namespace(pod) && s.matches(pod.labels()))
-        })
-        .map(|(_, uid)| uid.to_string())
-        .collect()
+    uids
 }
 
 /// Per pod uid, how many pods of the same controller come before it on the node (name order):
@@ -571,13 +553,10 @@ pub(crate) fn earlier_rounds(pods: &[&Pod]) -> BTreeMap<String, usize> {
         })
         .collect();
     pods.sort();
-    let mut before: BTreeMap<_, usize> = BTreeMap::new();
-    (pods.into_iter())
-        .map(|(owner, _, uid)| {
-            let k = before.entry(owner).or_default();
-            *k += 1;
-            (uid.to_string(), *k - 1)
-        })
+    // Its place in that order less that of its controller's first pod.
+    let first_of = |owner| pods.partition_point(|(o, ..)| *o < owner);
+    (pods.iter().enumerate())
+        .map(|(i, (owner, _, uid))| (uid.to_string(), i - first_of(*owner)))
         .collect()
 }
 
