@@ -256,7 +256,7 @@ async fn kept_placeholders(
     };
     let (kept, gone): (Vec<Pod>, Vec<Pod>) = existing.into_iter().partition(|ph| {
         let uid = annotation(ph, ANNOTATION_POD_UID);
-        listed.iter().any(|p| p.metadata.uid.as_deref() == uid)
+        uid.is_some() && listed.iter().any(|p| p.metadata.uid.as_deref() == uid)
     });
     let deleted = until(clock, end, delete_all(clients, &gone)).await;
     report.placeholders_deleted += deleted.map_or(0, |(gone, _)| gone);
