@@ -151,10 +151,9 @@ pub fn preflight_documents(
     for proof in checked {
         emf.add(
             &[&["Capability"]],
-            &["PreflightRefused"],
-            json!({"Capability": proof.capability.as_str(),
-                   "PreflightRefused": u8::from(proof.verdict.is_refused()),
-                   "Group": proof.group, "Verdict": proof.verdict.to_string()}),
+            json!({"PreflightRefused": u8::from(proof.verdict.is_refused())}),
+            json!({"Capability": proof.capability.as_str(), "Group": proof.group,
+                   "Verdict": proof.verdict.to_string()}),
         );
     }
     emf.docs

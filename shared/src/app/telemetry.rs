@@ -162,35 +162,34 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
         // A later pass of a drain: the event was counted (and its pools) by its first pass.
         emf.add(
             &[&["Kind", "Outcome"]],
-            &["DrainPasses"],
-            json!({"Kind": kind, "Outcome": outcome, "DrainPasses": 1,
-                   "EventId": report.event_id, "Pass": report.pass}),
+            json!({"DrainPasses": 1}),
+            json!({"Kind": kind, "Outcome": outcome, "EventId": report.event_id,
+                   "Pass": report.pass}),
         );
     } else {
         emf.add(
             &[&["Kind"], &["Kind", "Outcome"]],
-            &["EventsReceived"],
-            json!({"Kind": kind, "Outcome": outcome, "EventsReceived": 1}),
+            json!({"EventsReceived": 1}),
+            json!({"Kind": kind, "Outcome": outcome}),
         );
         let result = match report.outcome {
-            Outcome::Acted => "done",
-            Outcome::Planned => "planned",
-            Outcome::Failed => "failed",
-            Outcome::Ignored | Outcome::Duplicate => "",
+            Outcome::Acted => Some("done"),
+            Outcome::Planned | Outcome::Failed => Some(outcome),
+            Outcome::Ignored | Outcome::Duplicate => None,
         };
-        for action in acting().filter(|_| !result.is_empty()) {
+        for action in acting().filter(|_| result.is_some()) {
             emf.add(
                 &[&["Kind", "Action", "Result"]],
-                &["Actions"],
+                json!({"Actions": 1}),
                 json!({"Kind": kind, "Action": action.action.as_str(), "Result": result,
-                       "Actions": 1, "InstanceId": action.instance_id, "Node": action.node}),
+                       "InstanceId": action.instance_id, "Node": action.node}),
             );
         }
         if let Some(account) = &report.account_unreachable {
             emf.add(
                 &[&[], &["Account"]],
-                &["AccountUnreachable"],
-                json!({"Account": account, "AccountUnreachable": 1}),
+                json!({"AccountUnreachable": 1}),
+                json!({"Account": account}),
             );
         }
         let marked = report
@@ -200,8 +199,8 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
         for pool in marked.filter(|_| matches!(report.outcome, Outcome::Acted | Outcome::Planned)) {
             emf.add(
                 &[POOL],
-                &["PoolsMarked"],
-                with_pool(json!({"PoolsMarked": 1}), pool),
+                json!({"PoolsMarked": 1}),
+                with_pool(json!({}), pool),
             );
         }
     }
@@ -211,31 +210,23 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
     // `Evictions` per drain pass that ran; `EvictionsRefused` and `Drains` per drain that ended.
     for action in acting() {
         let Some(drain) = action.drain else { continue };
-        let (instance, node) = (&action.instance_id, &action.node);
-        let mut fields = json!({"Kind": kind, "Evictions": drain.evicted,
-               "PodEventsRecorded": drain.pod_events,
-               "PodEventsGivenUp": drain.pod_events_given_up,
-               "PlaceholdersRefused": drain.placeholders_refused,
-               "InstanceId": instance, "Node": node});
-        let mut metrics = DRAIN.to_vec();
-        if !drain.pending {
-            metrics.push("EvictionsRefused");
-            fields["EvictionsRefused"] = json!(drain.left);
+        let mut fields = json!({"Kind": kind, "InstanceId": action.instance_id,
+                                "Node": action.node});
+        let mut counts = json!({"Evictions": drain.evicted, "PodEventsRecorded": drain.pod_events,
+                                "PodEventsGivenUp": drain.pod_events_given_up,
+                                "PlaceholdersRefused": drain.placeholders_refused});
+        if drain.pending {
+            emf.add(&[&["Kind"]], counts, fields);
+            continue;
         }
-        emf.add(&[&["Kind"]], &metrics, fields);
-        if !drain.pending {
-            let result = if drain.complete {
-                "complete"
-            } else {
-                "incomplete"
-            };
-            emf.add(
-                &[&["Kind", "Result"]],
-                &["Drains"],
-                json!({"Kind": kind, "Result": result, "Drains": 1,
-                       "InstanceId": instance, "Node": node}),
-            );
-        }
+        counts["EvictionsRefused"] = json!(drain.left);
+        emf.add(&[&["Kind"]], counts, fields.clone());
+        fields["Result"] = json!(if drain.complete {
+            "complete"
+        } else {
+            "incomplete"
+        });
+        emf.add(&[&["Kind", "Result"]], json!({"Drains": 1}), fields);
     }
     // From the event's time to the first node cordoned for it (a delete, which cordons
     // nothing, ends with the batch: `now`), by kind and by pool.
@@ -243,15 +234,14 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
         return emf.docs;
     };
     let acted_at = acting().filter_map(|a| a.cordoned_at).min().unwrap_or(now);
-    let latency = (acted_at - time).num_milliseconds().max(0);
-    let fields = json!({"Kind": kind, "EventToActionLatency": latency,
-                        "EventId": report.event_id});
+    let latency = json!({"EventToActionLatency": (acted_at - time).num_milliseconds().max(0)});
+    let fields = json!({"Kind": kind, "EventId": report.event_id});
     // one pool per event in practice: its dimensions let latency be seen per pool
     let (dimensions, fields): (&[&[&str]], _) = match report.pools.first() {
         Some(pool) => (&[&["Kind"], POOL], with_pool(fields, pool)),
         None => (&[&["Kind"]], fields),
     };
-    emf.add(dimensions, &["EventToActionLatency"], fields);
+    emf.add(dimensions, latency, fields);
     emf.docs
 }
 
@@ -273,17 +263,18 @@ impl<'a> Emf<'a> {
         }
     }
 
-    /// Adds one EMF document: the metrics' definitions (counts, and latencies in milliseconds)
-    /// and the fields that carry their values.
-    pub(crate) fn add(&mut self, dimensions: &[&[&str]], metrics: &[&str], mut fields: Value) {
+    /// Adds one EMF document: `metrics`, each by its name with its value (counts, and latencies
+    /// in milliseconds), beside `fields` (their dimensions' values, and other properties).
+    pub(crate) fn add(&mut self, dimensions: &[&[&str]], metrics: Value, mut fields: Value) {
         let unit = |m: &str| match m.ends_with("Latency") {
             true => "Milliseconds",
             false => "Count",
         };
-        let metrics: Vec<Value> = metrics
-            .iter()
-            .map(|m| json!({"Name": m, "Unit": unit(m)}))
-            .collect();
+        let mut named = Vec::new();
+        for (name, value) in metrics.as_object().into_iter().flatten() {
+            named.push(json!({"Name": name, "Unit": unit(name)}));
+            fields[name] = value.clone();
+        }
         let mut sets: Vec<Vec<&str>> = dimensions.iter().map(|set| set.to_vec()).collect();
         if let Some(cluster) = self.cluster {
             sets.extend(
@@ -295,19 +286,11 @@ impl<'a> Emf<'a> {
         }
         fields["_aws"] = json!({
             "Timestamp": self.timestamp,
-            "CloudWatchMetrics": [{"Namespace": NAMESPACE, "Dimensions": sets, "Metrics": metrics}]
+            "CloudWatchMetrics": [{"Namespace": NAMESPACE, "Dimensions": sets, "Metrics": named}]
         });
         self.docs.push(fields);
     }
 }
-
-/// The metrics of a drain pass's document (and `EvictionsRefused` once the drain ended).
-const DRAIN: &[&str] = &[
-    "Evictions",
-    "PodEventsRecorded",
-    "PodEventsGivenUp",
-    "PlaceholdersRefused",
-];
 
 /// The dimensions of a pool.
 const POOL: &[&str] = &["CapacityType", "InstanceType", "Zone"];

@@ -21,7 +21,9 @@ pub struct Place {
 }
 
 impl Place {
-    /// `account` in `region`.
+    /// `account` in `region`: test support, compiled for tests and the `fixtures` feature only
+    /// (places come from events, settings and clusters).
+    #[cfg(any(test, feature = "fixtures"))]
     pub fn of(account: &str, region: &str) -> Place {
         Place {
             account: Some(account.to_string()),
