@@ -114,11 +114,9 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
 pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let existing = taints_of(node);
     let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-    let labelled = node
-        .labels()
-        .get(LABEL_EXCLUDE_LB)
-        .is_some_and(|v| v == "true");
-    let marked = node.labels().contains_key(LABEL_CORDONED);
+    let labels = node.labels();
+    let labelled = labels.get(LABEL_EXCLUDE_LB).is_some_and(|v| v == "true");
+    let marked = labels.contains_key(LABEL_CORDONED);
     let label_ok = (!spec.exclude_from_load_balancers || labelled) && marked;
     let annotations = node.annotations();
     // Only a record forewarn signed counts: one that does not verify (the node's kubelet may
@@ -147,7 +145,11 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
             .as_ref()
             .is_some_and(|b| b.taints.contains(&spec.taint_key));
     let taints = desired_taints(existing, spec, theirs);
-    let record = spec.record.as_ref().map(|r| {
+    // Keys that cannot be read verify nothing: a record already on the node is left as it is
+    // (it may be forewarn's, signed; replaced unsigned it would lose its reason for good).
+    let keep =
+        matches!(spec.keys, RecordKeys::Unreadable) && annotations.contains_key(ANNOTATION_CORDON);
+    let record = spec.record.as_ref().filter(|_| !keep).map(|r| {
         CordonRecord {
             // The label is forewarn's to remove only if forewarn adds it; so is a taint of
             // another key than its own.
@@ -168,11 +170,6 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         }
         .after(before.as_ref())
     });
-    // Keys that cannot be read verify nothing: a record already on the node is left as it is
-    // (it may be forewarn's, signed; replaced unsigned it would lose its reason for good).
-    let keep =
-        matches!(spec.keys, RecordKeys::Unreadable) && annotations.contains_key(ANNOTATION_CORDON);
-    let record = record.filter(|_| !keep);
     let record_ok =
         record.is_none() || record.as_ref() == before.as_ref().map(|b| b.unsigned()).as_ref();
     if unschedulable && taints.as_slice() == existing && label_ok && record_ok {
