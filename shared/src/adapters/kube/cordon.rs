@@ -114,11 +114,9 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
 pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let existing = taints_of(node);
     let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-    let labelled = node
-        .labels()
-        .get(LABEL_EXCLUDE_LB)
-        .is_some_and(|v| v == "true");
-    let marked = node.labels().contains_key(LABEL_CORDONED);
+    let labels = node.labels();
+    let labelled = labels.get(LABEL_EXCLUDE_LB).is_some_and(|v| v == "true");
+    let marked = labels.contains_key(LABEL_CORDONED);
     let label_ok = (!spec.exclude_from_load_balancers || labelled) && marked;
     let annotations = node.annotations();
     // Only a record forewarn signed counts: one that does not verify (the node's kubelet may
@@ -147,7 +145,11 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
             .as_ref()
             .is_some_and(|b| b.taints.contains(&spec.taint_key));
     let taints = desired_taints(existing, spec, theirs);
-    let record = spec.record.as_ref().map(|r| {
+    // Keys that cannot be read verify nothing: a record already on the node is left as it is
+    // (it may be forewarn's, signed; replaced unsigned it would lose its reason for good).
+    let keep =
+        matches!(spec.keys, RecordKeys::Unreadable) && annotations.contains_key(ANNOTATION_CORDON);
+    let record = spec.record.as_ref().filter(|_| !keep).map(|r| {
         CordonRecord {
             // The label is forewarn's to remove only if forewarn adds it; so is a taint of
             // another key than its own.
@@ -168,11 +170,6 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         }
         .after(before.as_ref())
     });
-    // Keys that cannot be read verify nothing: a record already on the node is left as it is
-    // (it may be forewarn's, signed; replaced unsigned it would lose its reason for good).
-    let keep =
-        matches!(spec.keys, RecordKeys::Unreadable) && annotations.contains_key(ANNOTATION_CORDON);
-    let record = record.filter(|_| !keep);
     let record_ok =
         record.is_none() || record.as_ref() == before.as_ref().map(|b| b.unsigned()).as_ref();
     if unschedulable && taints.as_slice() == existing && label_ok && record_ok {
@@ -267,49 +264,45 @@ fn taints_of(node: &Node) -> &[Taint] {
     (node.spec.as_ref().and_then(|s| s.taints.as_deref())).unwrap_or_default()
 }
 
-/// What a cordon did.
-enum Cordon {
-    /// Patched (after more than one try when the node changed under us).
-    Cordoned,
+/// What a node write did.
+enum Written {
+    /// Patched (after more than one try when the node changed under us), or found so on a
+    /// later try (someone made the same change in between).
+    Patched,
     /// The node already had exactly that state: nothing sent.
     Already,
     /// Dry run: a patch would be sent.
     Would,
     /// The node is gone.
     Gone,
-    /// Read again after a conflict, the node no longer passes verification: why.
-    Refused(String),
-}
-
-/// What one attempt of a node write does, decided from the node as just read.
-enum Step<T> {
-    /// Nothing to send: the answer.
-    Done(T),
-    /// Send this merge patch; the answer if it is accepted.
-    Patch(Value, T),
+    /// The node as read does not pass verification, or the write is not forewarn's to make.
+    Refused(Refusal),
 }
 
 impl KubeExecutor {
-    /// Writes the node `node` was read as by the merge patch `step` decides (from the node and
-    /// the attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most
-    /// [`CONFLICT_ATTEMPTS`] in all. A node gone (404, or on the read again) answers
-    /// `gone`. `what` names the write in the logs (`cordoned`).
-    async fn write_node<T>(
+    /// Writes `node` (as read) by the merge patch `patch` makes of it (`None`: already so),
+    /// once the node is verified to still run `instance_id` and not be control-plane; on a 409
+    /// Conflict reads it again, verifies it again and asks `patch` again, at most
+    /// [`CONFLICT_ATTEMPTS`] in all. `what` names the write in the logs (`cordoned`).
+    async fn write_node(
         &self,
         mut node: Node,
-        what: &str,
-        gone: T,
-        step: impl Fn(&Node, u32) -> Step<T>,
-    ) -> Result<T, KubeError> {
+        (instance_id, what): (&str, &str),
+        patch: impl Fn(&Node) -> Result<Option<Value>, Refusal>,
+    ) -> Result<Written, KubeError> {
         let clients = &self.clients;
         let name = node.metadata.name.clone().unwrap_or_default();
         let object = format!("node/{name}");
         // A merge patch, sent as forewarn's field manager.
         let params = PatchParams::apply(FIELD_MANAGER);
         for attempt in 1..=CONFLICT_ATTEMPTS {
-            let (patch, done) = match step(&node, attempt) {
-                Step::Done(answer) => return Ok(answer),
-                Step::Patch(patch, done) => (patch, done),
+            let verified = node_facts(&node).verify_runs(instance_id);
+            let patch = match verified.map_err(Refusal::from).and_then(|()| patch(&node)) {
+                Err(why) => return Ok(Written::Refused(why)),
+                Ok(None) if attempt == 1 => return Ok(Written::Already),
+                Ok(None) => return Ok(Written::Patched),
+                Ok(Some(_)) if self.settings.dry_run => return Ok(Written::Would),
+                Ok(Some(patch)) => patch,
             };
             let nodes: Api<Node> = Api::all(clients.client().await?);
             let merge = Patch::Merge(&patch);
@@ -320,14 +313,14 @@ impl KubeExecutor {
             match result {
                 Ok(_) => {
                     tracing::info!(node = %name, attempt, "{what}");
-                    return Ok(done);
+                    return Ok(Written::Patched);
                 }
-                Err(e) if e.is_not_found() => return Ok(gone),
+                Err(e) if e.is_not_found() => return Ok(Written::Gone),
                 Err(e) if e.is_conflict() => {
                     tracing::info!(node = %name, attempt, "{what}: the node changed under the write, reading it again");
                     match get_node(clients, &name).await? {
                         Some(fresh) => node = fresh,
-                        None => return Ok(gone),
+                        None => return Ok(Written::Gone),
                     }
                 }
                 Err(e) => return Err(e.into()),
@@ -380,45 +373,34 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<(bool, bool), KubeError> {
         let spec = CordonSpec::new(&self.config, kind, a, self.record_keys(node).await);
-        let dry_run = self.settings.dry_run;
-        let write = self.write_node(node.clone(), "cordoned", Cordon::Gone, |node, attempt| {
-            if attempt > 1
-                && let Err(why) = node_facts(node).verify_runs(&a.instance_id)
-            {
-                tracing::warn!(%why, "the node changed: refusing to cordon it");
-                return Step::Done(Cordon::Refused(why.to_string()));
-            }
-            match cordon_patch(node, &spec) {
-                // Already so; on a later attempt, someone cordoned it the same way in between.
-                None if attempt == 1 => Step::Done(Cordon::Already),
-                None => Step::Done(Cordon::Cordoned),
-                Some(_) if dry_run => Step::Done(Cordon::Would),
-                Some(patch) => Step::Patch(patch, Cordon::Cordoned),
-            }
+        let write = self.write_node(node.clone(), (&a.instance_id, "cordoned"), |node| {
+            Ok(cordon_patch(node, &spec))
         });
         let name = a.node.as_deref().unwrap_or_default();
-        // What is said, whether the node is seen cordoned, and whether the Event is owed.
-        let (said, seen, event) = match write.await? {
+        // What is said, and whether the Event is owed.
+        let (said, event) = match write.await? {
             // Gone, or changed and refused: nothing more is done to it.
-            Cordon::Gone => {
+            Written::Gone => {
                 out.say(format!("node/{name} is gone"));
                 return Ok((true, false));
             }
-            Cordon::Refused(why) => {
-                out.refuse(why);
+            Written::Refused(why) => {
+                tracing::warn!(%why, "the node changed: refusing to cordon it");
+                out.refuse(why.to_string());
                 return Ok((true, false));
             }
-            Cordon::Cordoned => (format!("cordoned node/{name}"), true, true),
+            Written::Would => {
+                out.say(format!("would cordon and taint node/{name}"));
+                return Ok((false, false));
+            }
+            Written::Patched => (format!("cordoned node/{name}"), true),
             // Found cordoned with forewarn's taint when announced: the event's first pass (or an
             // earlier delivery) did it for this event.
-            Cordon::Already if already_ours => (format!("cordoned node/{name}"), true, true),
-            Cordon::Already => (format!("node/{name} already cordoned"), true, false),
-            Cordon::Would => (format!("would cordon and taint node/{name}"), false, false),
+            Written::Already if already_ours => (format!("cordoned node/{name}"), true),
+            Written::Already => (format!("node/{name} already cordoned"), false),
         };
         out.say(said);
-        if seen {
-            out.result.cordoned_at = Some(self.clients.clock().now());
-        }
+        out.result.cordoned_at = Some(self.clients.clock().now());
         Ok((false, event))
     }
 
@@ -429,27 +411,24 @@ impl KubeExecutor {
         node: Node,
         undo: &Undo,
     ) -> Result<UndoOutcome, KubeError> {
-        let dry_run = self.settings.dry_run;
-        let gone = UndoOutcome::NodeGone;
-        let outcome = self
-            .write_node(node.clone(), "cordon undone", gone, |node, _| {
-                let refused = |why: String| Step::Done(UndoOutcome::Refused { why });
-                if let Err(why) = node_facts(node).verify_runs(&undo.instance_id) {
-                    return refused(why.to_string());
-                }
-                match uncordon_patch(node, &self.config.taint_key, &undo.record) {
-                    Err(why) => refused(why.to_string()),
-                    Ok(_) if dry_run => Step::Done(UndoOutcome::WouldUndo),
-                    Ok(patch) => Step::Patch(patch, UndoOutcome::Undone),
-                }
-            })
-            .await?;
-        if matches!(outcome, UndoOutcome::Undone | UndoOutcome::WouldUndo) {
-            let note = format!("forewarn's cordon undone: {}", undo.why);
-            let said = Said(EventType::Normal, "Uncordoned", "Uncordon", note);
-            let out = &mut NodeOutcome::default();
-            self.event(&undo.record.event_id, &node, said, out).await;
-        }
+        let key = &self.config.taint_key;
+        let write = self.write_node(node.clone(), (&undo.instance_id, "cordon undone"), |node| {
+            uncordon_patch(node, key, &undo.record).map(Some)
+        });
+        let outcome = match write.await? {
+            Written::Patched | Written::Already => UndoOutcome::Undone,
+            Written::Would => UndoOutcome::WouldUndo,
+            Written::Gone => return Ok(UndoOutcome::NodeGone),
+            Written::Refused(why) => {
+                return Ok(UndoOutcome::Refused {
+                    why: why.to_string(),
+                });
+            }
+        };
+        let note = format!("forewarn's cordon undone: {}", undo.why);
+        let said = Said(EventType::Normal, "Uncordoned", "Uncordon", note);
+        let out = &mut NodeOutcome::default();
+        self.event(&undo.record.event_id, &node, said, out).await;
         Ok(outcome)
     }
 }

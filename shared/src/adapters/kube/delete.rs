@@ -123,20 +123,17 @@ impl KubeExecutor {
             self.delete_target(&target, &a.instance_id, node.map(|_| name))
                 .await?
         };
-        if let Some(node) = node
-            && !matches!(deleted, DeleteOutcome::Refused { .. })
-        {
-            let said = Said(Warning, &plan.event_reason, "Delete", a.reason.clone());
-            self.event(&plan.event_id, node, said, out).await;
-        }
-        if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {
-            let said = Said(Normal, "Deleted", "Delete", format!("Deleted {target}"));
-            self.event(&plan.event_id, node, said, out).await;
-        }
-        out.say(deleted.to_string());
         if let DeleteOutcome::Refused { why, .. } = &deleted {
             out.result.refused = Some(why.clone());
+        } else if let Some(node) = node {
+            let said = Said(Warning, &plan.event_reason, "Delete", a.reason.clone());
+            self.event(&plan.event_id, node, said, out).await;
+            if let DeleteOutcome::Deleted { target } = &deleted {
+                let said = Said(Normal, "Deleted", "Delete", format!("Deleted {target}"));
+                self.event(&plan.event_id, node, said, out).await;
+            }
         }
+        out.say(deleted.to_string());
         Ok(())
     }
 

@@ -59,15 +59,13 @@ async fn look(clients: &ClusterClient, a: &NodeAction) -> Result<Look, KubeError
             Err(why) => Look::NotYet(format!("node/{name} is not Ready ({why})")),
         });
     }
-    let mut why = format!(
+    let looked = format!(
         "no node of instance {} yet (looked for node/{})",
         a.instance_id,
         names.join(", node/")
     );
-    if !whys.is_empty() {
-        why.push_str(&format!("; {}", whys.join("; ")));
-    }
-    Ok(Look::NotYet(why))
+    whys.insert(0, looked);
+    Ok(Look::NotYet(whys.join("; ")))
 }
 
 /// Whether the node's `Ready` condition is `True`; otherwise what it says (`Ready is False:
