@@ -292,6 +292,7 @@ fn environment(
         instances: instances.clone(),
         fleet: Fleet::one(cluster),
         concurrency: deployed.concurrency,
+        takes_per_cluster: forewarn::app::fleet::triage::takes(deployed.kube_rate_limit),
         safety_margin: forewarn::app::settings::SAFETY_MARGIN,
         ..Handler::new(deployed.config.clone(), store.clone())
     })

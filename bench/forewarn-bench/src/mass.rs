@@ -4,8 +4,8 @@
 //! pods that take their grace period (30 s) to go once evicted, and a share of pods behind
 //! PodDisruptionBudgets that allow one disruption at a time.
 //!
-//! The queue is played in process as the event source mapping sees SQS: batches of up to 10
-//! visible messages; a message reported failed stays invisible for the visibility timeout
+//! The queue is played in process as the event source mapping sees SQS: batches of visible
+//! messages (the stack's batch size and batching window: 10, none); a message reported failed stays invisible for the visibility timeout
 //! (900 s) unless the handler changed it; messages sent with a delay (a drain's continuations)
 //! become visible when it ends. Per node it records when it was cordoned and when the eviction
 //! of its last evictable pod was accepted, relative to the warning (all warnings at t = 0), and
@@ -50,9 +50,14 @@ pub struct Settings {
     /// Evictable (ReplicaSet) pods per node.
     #[arg(long, default_value_t = 2)]
     pub pods_per_node: usize,
-    /// Messages per SQS batch (the event source mapping's batch size).
+    /// Messages per SQS batch (the event source mapping's batch size; more than 10 needs a
+    /// batching window).
     #[arg(long, default_value_t = 10)]
     pub batch: usize,
+    /// How long the event source mapping gathers messages before it invokes with fewer than a
+    /// batch (its MaximumBatchingWindowInSeconds).
+    #[arg(long, default_value_t = 0)]
+    pub batching_window_seconds: u64,
     /// Invocations in flight at once (the event source mapping's MaximumConcurrency).
     #[arg(long, default_value_t = STACK_CONCURRENCY)]
     pub invocations: usize,
@@ -333,6 +338,19 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
             format!("`{name}`={} (deployed: {})", shown(&value), shown(&default))
         })
         .collect();
+    let stack = Settings::defaults();
+    for (name, value, deployed) in [
+        ("BatchSize", s.batch as u64, stack.batch as u64),
+        (
+            "MaximumBatchingWindowInSeconds",
+            s.batching_window_seconds,
+            stack.batching_window_seconds,
+        ),
+    ] {
+        if value != deployed {
+            out.push(format!("`{name}`={value} (deployed: {deployed})"));
+        }
+    }
     if s.invocations != STACK_CONCURRENCY {
         out.push(format!(
             "`MaximumConcurrency`={} (deployed: {})",
@@ -1039,6 +1057,7 @@ pub(crate) async fn fleet_run(
             instances: instances.clone(),
             fleet,
             concurrency: s.batch,
+            takes_per_cluster: forewarn::app::fleet::triage::takes(s.environment_limit()),
             safety_margin: SAFETY_MARGIN,
             traffic: elb.as_ref().map(|account| Traffic {
                 balancers: Arc::new(crate::elb::Environment::new(account.clone())),
@@ -1256,13 +1275,21 @@ pub(crate) async fn poll(
     cutoff: Instant,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> anyhow::Result<Totals> {
+    // As the event source mapping takes them (Lambda developer guide, "Batching behavior").
+    anyhow::ensure!(
+        (1..=10_000).contains(&s.batch) && (s.batch <= 10 || s.batching_window_seconds >= 1),
+        "--batch {}: an event source mapping of a standard queue takes 1 to 10,000 messages a \
+         batch, more than 10 only with a batching window of at least 1 s \
+         (--batching-window-seconds)",
+        s.batch
+    );
     let totals = Arc::new(Mutex::new(Totals::default()));
     let began = Instant::now();
     let pollers = (0..s.invocations.max(1)).map(|n| {
         let queue = Arc::clone(queue);
         let handler = environment();
         let totals = Arc::clone(&totals);
-        let batch = s.batch;
+        let (batch, window) = (s.batch, Duration::from_secs(s.batching_window_seconds));
         let stop = Arc::clone(&stop);
         debug_assert!(pollers_at(poller_starts(n), s.invocations) > n);
         async move {
@@ -1271,7 +1298,14 @@ pub(crate) async fn poll(
                 if Instant::now() >= cutoff || stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return Ok::<(), anyhow::Error>(());
                 }
-                let messages = queue.receive(batch);
+                let mut messages = queue.receive(batch);
+                // The batching window: from the first message, more gathered until it ends or
+                // the batch is full.
+                let gathering = Instant::now() + window;
+                while !messages.is_empty() && messages.len() < batch && Instant::now() < gathering {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    messages.extend(queue.receive(batch - messages.len()));
+                }
                 if messages.is_empty() {
                     if queue.idle_until(cutoff) {
                         return Ok(());
@@ -1569,6 +1603,19 @@ mod tests {
         .unwrap()
         .kube_rate_limit;
         assert_eq!(s.environment_limit(), deployed);
+        // The event source mapping's batch and batching window.
+        let mapping = |name: &str| -> u64 {
+            let line = template
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
+                .expect("the event source mapping's setting");
+            line.split_whitespace().next().unwrap().parse().unwrap()
+        };
+        assert_eq!(s.batch as u64, mapping("BatchSize"));
+        assert_eq!(
+            s.batching_window_seconds,
+            mapping("MaximumBatchingWindowInSeconds")
+        );
     }
 
     fn answered(method: &str, path: &str, status: u16, ms: i64) -> kube_fake::RecordedRequest {

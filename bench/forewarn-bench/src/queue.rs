@@ -1,5 +1,5 @@
-//! SQS as the event source mapping sees it, played in process: batches of up to 10 visible
-//! messages; a message reported failed stays invisible for the visibility timeout (900 s)
+//! SQS as the event source mapping sees it, played in process: batches of visible messages
+//! (up to the batch size, gathered over the batching window: see `mass::poll`); a message reported failed stays invisible for the visibility timeout (900 s)
 //! unless the handler changed it; messages sent with a delay (a drain's continuations) become
 //! visible when it ends.
 //!

@@ -3,7 +3,7 @@
 //! that target the function directly: a failure is an error, so Lambda retries it and sends it to
 //! the on-failure destination).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,11 +12,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::app::fleet::split::{self, Destination, Share};
+use crate::app::fleet::triage;
 use crate::app::fleet::{BREAK, Cluster, Fleet};
 use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events};
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
 use crate::domain::facts::InstanceFacts;
+use crate::domain::inbound::continuation::{Tenant, message_group};
 use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry;
@@ -66,6 +68,11 @@ pub struct Handler {
     pub clock: Arc<dyn Clock>,
     /// Events handled at once within a batch.
     pub concurrency: usize,
+    /// The first-time events of one cluster an invocation takes on (what its share of the
+    /// cluster's API server cordons in about a second, [`triage::takes`]): a batch's others
+    /// of that cluster go back to the queue in the cluster's message group; `None`: every one
+    /// is taken on.
+    pub takes_per_cluster: Option<usize>,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
     /// What is written of each report besides its log line (the Lambda functions' EMF
@@ -104,6 +111,7 @@ impl Handler {
             passes: Passes::in_process(crate::app::pipeline::PASS_INTERVAL),
             clock: crate::adapters::clock::SystemClock::shared(),
             concurrency: crate::app::pipeline::CONCURRENCY,
+            takes_per_cluster: None,
             safety_margin: crate::app::settings::SAFETY_MARGIN,
             telemetry: Telemetry::default(),
             traffic: None,
@@ -129,44 +137,120 @@ impl Handler {
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
         let own = self.instances.as_ref();
         // A block's other instances, each a warning of its own on the queue, when there is one
-        // to come back on and the run writes the cluster.
+        // to come back on and the run writes the cluster; a busy cluster's first-time events
+        // back on it (see `triage`), likewise.
         let queue = (self.passes.queue.as_deref()).filter(|_| self.mode.writes_cluster());
         let expanded = crate::app::blocks::expand(own, queue, records, self.clock.now()).await;
         let (records, known) = (&expanded.records, &expanded.described);
         let (shares, described, work) = self.route(records, known, self.work(deadline)).await;
         let described = &described;
-        let runs = shares.into_iter().map(|(to, share)| async move {
-            let records = &share.records;
-            let (cluster, config) = match self.cluster_for(&to, records, work).await {
-                Ok(found) => found,
-                Err(reports) => return (share, reports),
+        // A position in several shares: a record split between clusters (never sent back).
+        let mut seen = BTreeSet::new();
+        let split: BTreeSet<usize> = (shares.values().flat_map(|s| &s.positions))
+            .filter(|p| !seen.insert(**p))
+            .copied()
+            .collect();
+        let runs = shares.into_iter().map(|(to, share)| {
+            let takes = self.takes_per_cluster.filter(|_| queue.is_some());
+            let (share, later) = match (&to, takes) {
+                (Destination::Cluster(_), Some(takes)) => triage::triage(share, takes, &split),
+                _ => (share, Share::default()),
             };
-            let pipeline = Pipeline {
-                config: &config,
-                mode: self.mode,
-                store: self.store.as_ref(),
-                instances: described,
-                nodes: cluster.nodes.as_ref(),
-                executor: cluster.executor.as_deref(),
-                passes: &self.passes,
-                clock: self.clock.as_ref(),
-                traffic: self.traffic.as_ref(),
-                concurrency: self.concurrency,
-                work,
-            };
-            let reports = pipeline.process(records).await;
-            if let Destination::Cluster(Some(id)) = &to {
-                let failed_whole = !reports.is_empty()
-                    && reports
-                        .iter()
-                        .all(|r| r.outcome == Outcome::Failed && !r.permanent);
-                self.fleet
-                    .record_outcome(&id.to_string(), failed_whole, self.clock.now());
-            }
-            (share, reports)
+            let share = self.run_share(to.clone(), share, described, work);
+            async move { futures::join!(share, self.requeue(&to, later)) }
         });
-        let reports = split::join(records, futures::future::join_all(runs).await);
+        let runs = futures::future::join_all(runs).await;
+        let runs = runs.into_iter().flat_map(|(share, later)| [share, later]);
+        let reports = split::join(records, runs.collect());
         expanded.answer(reports)
+    }
+
+    /// A cluster's `share` of a batch bound `to`, run through the pipeline on its services
+    /// (see [`Handler::run`]), with its reports.
+    async fn run_share(
+        &self,
+        to: Destination,
+        share: Share,
+        described: &Described,
+        work: Work,
+    ) -> (Share, Vec<Report>) {
+        let records = &share.records;
+        let (cluster, config) = match self.cluster_for(&to, records, work).await {
+            Ok(found) => found,
+            Err(reports) => return (share, reports),
+        };
+        let pipeline = Pipeline {
+            config: &config,
+            mode: self.mode,
+            store: self.store.as_ref(),
+            instances: described,
+            nodes: cluster.nodes.as_ref(),
+            executor: cluster.executor.as_deref(),
+            passes: &self.passes,
+            clock: self.clock.as_ref(),
+            traffic: self.traffic.as_ref(),
+            concurrency: self.concurrency,
+            work,
+        };
+        let reports = pipeline.process(records).await;
+        if let Destination::Cluster(Some(id)) = &to {
+            let failed_whole = !reports.is_empty()
+                && reports
+                    .iter()
+                    .all(|r| r.outcome == Outcome::Failed && !r.permanent);
+            self.fleet
+                .record_outcome(&id.to_string(), failed_whole, self.clock.now());
+        }
+        (share, reports)
+    }
+
+    /// Sends each record of `later` (a busy cluster's first-time events, see [`triage`]) back
+    /// to the queue it came from as it came, in the message group of the cluster it is bound
+    /// `to`, at once (ten at a time): reported requeued once sent (its message is then
+    /// deleted), failed (retryable: the message comes back) when not.
+    async fn requeue(&self, to: &Destination, later: Share) -> (Share, Vec<Report>) {
+        let Some(queue) = self
+            .passes
+            .queue
+            .as_deref()
+            .filter(|_| !later.records.is_empty())
+        else {
+            return (later, Vec::new());
+        };
+        let cluster = match to {
+            Destination::Cluster(Some(id)) => Some(id.to_string()),
+            _ => None,
+        };
+        let group = message_group(cluster.as_deref(), Tenant::Cluster);
+        let (group, cluster) = (&group, &cluster);
+        let named = cluster.as_deref().unwrap_or("served");
+        let sends = later.records.iter().map(|record| async move {
+            let report = Report {
+                cluster: cluster.clone(),
+                ..Report::new(record)
+            };
+            let (Some(arn), Some(body)) = (&record.queue_arn, &record.body) else {
+                return report.failed("internal: a record sent back without its message".into());
+            };
+            match queue.send(arn, group, body, Duration::ZERO).await {
+                Ok(()) => report.ended(
+                    Outcome::Requeued,
+                    format!(
+                        "cluster {named} is busy: more of its first-time events in this batch \
+                         than an invocation takes on ({}); sent back to the queue in the \
+                         cluster's message group {group}, to be handled there in its turn",
+                        self.takes_per_cluster.unwrap_or_default()
+                    ),
+                ),
+                Err(e) => report.failed(format!(
+                    "cluster {named} is busy, and the event could not be sent back to the queue \
+                     in its message group {group}: {e}; the message comes back"
+                )),
+            }
+        });
+        let reports = futures::StreamExt::buffered(futures::stream::iter(sends), 10);
+        let reports = futures::StreamExt::collect(reports).await;
+        (later, reports)
     }
 
     /// The batch's instances, looked up once for every cluster (within the batch's time; the
@@ -321,6 +405,7 @@ impl Handler {
             planned = tally.planned,
             ignored = tally.ignored,
             duplicate = tally.duplicate,
+            requeued = tally.requeued,
             failed = tally.failed,
             "batch handled"
         );
@@ -611,6 +696,87 @@ mod tests {
             json!({"batchItemFailures": [{"itemIdentifier": "bad"}]})
         );
         assert_eq!(inv.reports[2].outcome, Outcome::Ignored);
+    }
+
+    /// What a handler sent to its queue: (queue, group, body); failing every send when told.
+    #[derive(Default)]
+    struct Sent(std::sync::Mutex<Vec<(String, String, String)>>, bool);
+
+    #[async_trait::async_trait]
+    impl crate::ports::ContinuationQueue for Sent {
+        async fn send(
+            &self,
+            queue_arn: &str,
+            group: &str,
+            body: &str,
+            _delay: Duration,
+        ) -> Result<(), PortError> {
+            if self.1 {
+                return Err(PortError::new("sqs", FailureKind::Throttled, "slow down"));
+            }
+            let sent = (queue_arn.into(), group.into(), body.into());
+            self.0.lock().unwrap().push(sent);
+            Ok(())
+        }
+    }
+
+    /// A batch holding more first-time events of one cluster than an invocation takes on: the
+    /// first are handled, the others sent back as they came, in the cluster's message group,
+    /// and acknowledged only once sent (a send that fails fails its message, to come back).
+    #[tokio::test]
+    async fn a_busy_clusters_first_time_events_past_what_is_taken_go_back_to_the_queue() {
+        const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn-events";
+        let warning = |n: u32| {
+            json!({"id": format!("e{n}"), "source": "aws.ec2",
+                   "detail-type": crate::domain::event::DT_SPOT, "time": "2026-11-20T10:00:00Z",
+                   "detail": {"instance-id": format!("i-0a1b2c3d4e5f6000{n}")}})
+            .to_string()
+        };
+        let payload = json!({"Records": (1..=4).map(|n| json!({
+            "messageId": format!("m{n}"), "body": warning(n), "eventSourceARN": ARN,
+            "receiptHandle": format!("r{n}")})).collect::<Vec<_>>()});
+        for failing in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let queue = Arc::new(Sent(Default::default(), failing));
+            let mut h = handler(dir.path());
+            h.passes.queue = Some(queue.clone());
+            h.takes_per_cluster = Some(2);
+            let inv = h.invoke(payload.clone(), None).await.unwrap();
+            let outcomes: Vec<Outcome> = inv.reports.iter().map(|r| r.outcome).collect();
+            let later = if failing {
+                Outcome::Failed
+            } else {
+                Outcome::Requeued
+            };
+            assert_eq!(outcomes[2..], [later, later], "{:#?}", inv.reports);
+            assert!(!outcomes[..2].contains(&later), "{:#?}", inv.reports);
+            let why = inv.reports[3].reason.as_deref().unwrap_or_default();
+            assert!(why.contains("message group forewarn"), "{why}");
+            if failing {
+                assert_eq!(
+                    inv.response,
+                    json!({"batchItemFailures": [{"itemIdentifier": "m3"}, {"itemIdentifier": "m4"}]})
+                );
+                assert!(why.contains("slow down"), "{why}");
+                continue;
+            }
+            assert_eq!(inv.response, json!({"batchItemFailures": []}));
+            let sent = queue.0.lock().unwrap().clone();
+            let group = "forewarn".to_string();
+            assert_eq!(
+                sent,
+                [
+                    (ARN.into(), group.clone(), warning(3)),
+                    (ARN.into(), group, warning(4))
+                ]
+            );
+        }
+        // Without a queue to send them back to (a replay), every one is taken on.
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = handler(dir.path());
+        h.takes_per_cluster = Some(2);
+        let inv = h.invoke(payload, None).await.unwrap();
+        assert!(inv.reports.iter().all(|r| r.outcome != Outcome::Requeued));
     }
 
     fn hook_notification(event: &str, token: Option<&str>) -> String {

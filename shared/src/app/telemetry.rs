@@ -175,7 +175,7 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
         let result = match report.outcome {
             Outcome::Acted => Some("done"),
             Outcome::Planned | Outcome::Failed => Some(outcome),
-            Outcome::Ignored | Outcome::Duplicate => None,
+            Outcome::Ignored | Outcome::Duplicate | Outcome::Requeued => None,
         };
         for action in acting().filter(|_| result.is_some()) {
             emf.add(

@@ -160,6 +160,7 @@ pub async fn services_on(
         },
         clock,
         concurrency: settings.concurrency,
+        takes_per_cluster: crate::app::fleet::triage::takes(settings.kube_rate_limit),
         safety_margin: crate::app::settings::SAFETY_MARGIN,
         // Logs only: a Lambda function's main sets its metrics (see `telemetry::init_json`).
         telemetry: Default::default(),

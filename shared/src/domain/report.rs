@@ -22,6 +22,9 @@ pub enum Outcome {
     Ignored,
     /// Applied before: nothing changed.
     Duplicate,
+    /// Not worked on in this invocation: a first-time event of a cluster busy here, sent back
+    /// to the queue in the cluster's message group (see `app::fleet::triage`).
+    Requeued,
     /// Decided (and pools recorded) but nothing done to the cluster: a dry run.
     Planned,
     /// Decided and carried out.
@@ -220,6 +223,7 @@ pub struct Tally {
     pub acted: usize,
     pub ignored: usize,
     pub duplicate: usize,
+    pub requeued: usize,
     pub failed: usize,
 }
 
@@ -232,6 +236,7 @@ impl Tally {
                 Outcome::Acted => &mut t.acted,
                 Outcome::Ignored => &mut t.ignored,
                 Outcome::Duplicate => &mut t.duplicate,
+                Outcome::Requeued => &mut t.requeued,
                 Outcome::Failed => &mut t.failed,
             } += 1;
         }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub mod split;
+pub mod triage;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};

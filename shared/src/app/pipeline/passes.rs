@@ -342,7 +342,7 @@ impl Pipeline<'_> {
         // event fails saying why instead.
         let body = within_sqs_limit(next.body(&keys.current));
         let body = body.map_err(|e| PortError::new(QUEUEING, FailureKind::Invalid, e))?;
-        let group = message_group(&next.plan, self.passes.tenant);
+        let group = message_group(next.plan.cluster.as_deref(), self.passes.tenant);
         let sent = to.queue.send(to.arn, &group, &body, after).await;
         sent.map_err(|e| PortError::new(QUEUEING, e.kind, e))?;
         Ok(body)

@@ -164,17 +164,17 @@ pub fn delay_seconds(delay: std::time::Duration) -> u32 {
     u32::try_from(whole.min(900)).unwrap_or(900)
 }
 
-/// The SQS message group a continuation is sent in: its plan's cluster, named whole
+/// The SQS message group a continuation is sent in: its plan's `cluster`, named whole
 /// (`account/region/name`), or its account (see [`Tenant`]); `forewarn` for a deployment
-/// naming no cluster. On a standard queue a message group makes the queue fair (SQS fair
+/// naming no cluster (a first-time event a busy cluster's invocation sends back goes in its
+/// cluster's, see [`crate::app::fleet::triage`]). On a standard queue a message group makes the queue fair (SQS fair
 /// queues): a tenant whose messages keep many in flight is a noisy one, and every other
 /// tenant's messages are delivered before its backlog, so one cluster's (or account's) mass
 /// interruption does not hold up another's drains. A group is at most 128 characters of
 /// letters, digits and ASCII punctuation; a name that does not fit (never one of EKS's) is
 /// replaced by a digest of itself, so it still keeps its tenant's messages together.
-pub fn message_group(plan: &Plan, tenant: Tenant) -> String {
+pub fn message_group(cluster: Option<&str>, tenant: Tenant) -> String {
     use sha2::Digest;
-    let cluster = plan.cluster.as_deref();
     let name = match tenant {
         Tenant::Cluster => cluster.unwrap_or("forewarn"),
         // `account/region/name`: the account. A cluster is named bare only while the own
@@ -328,12 +328,18 @@ mod tests {
     #[test]
     fn a_continuations_message_group_is_its_cluster_named_whole() {
         let mut p = plan();
-        let group = |p: &Plan| message_group(p, Tenant::Cluster);
+        let group = |p: &Plan| message_group(p.cluster.as_deref(), Tenant::Cluster);
         assert_eq!(group(&p), "forewarn", "a deployment naming no cluster");
-        assert_eq!(message_group(&p, Tenant::Account), "forewarn");
+        assert_eq!(
+            message_group(p.cluster.as_deref(), Tenant::Account),
+            "forewarn"
+        );
         p.cluster = Some("123456789012/us-east-1/prod".into());
         assert_eq!(group(&p), "123456789012/us-east-1/prod");
-        assert_eq!(message_group(&p, Tenant::Account), "123456789012");
+        assert_eq!(
+            message_group(p.cluster.as_deref(), Tenant::Account),
+            "123456789012"
+        );
         // The longest EKS name in the longest region still fits in 128.
         let longest = format!("123456789012/ap-southeast-4/{}", "c".repeat(100));
         p.cluster = Some(longest.clone());
