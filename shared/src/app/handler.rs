@@ -18,7 +18,6 @@ use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, de
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
 use crate::domain::facts::InstanceFacts;
-use crate::domain::inbound::continuation::{Tenant, message_group};
 use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry;
@@ -151,13 +150,22 @@ impl Handler {
             .copied()
             .collect();
         let runs = shares.into_iter().map(|(to, share)| {
-            let takes = self.takes_per_cluster.filter(|_| queue.is_some());
-            let (share, later) = match (&to, takes) {
-                (Destination::Cluster(_), Some(takes)) => triage::triage(share, takes, &split),
-                _ => (share, Share::default()),
+            let cluster = matches!(to, Destination::Cluster(_));
+            let takes = self.takes_per_cluster.zip(queue).filter(|_| cluster);
+            let (share, later) = match takes {
+                Some((takes, _)) => triage::triage(share, takes, &split),
+                None => (share, Share::default()),
             };
             let share = self.run_share(to.clone(), share, described, work);
-            async move { futures::join!(share, self.requeue(&to, later)) }
+            async move {
+                let sent_back = async {
+                    match takes {
+                        Some((takes, queue)) => triage::requeue(queue, &to, later, takes).await,
+                        None => (later, Vec::new()),
+                    }
+                };
+                futures::join!(share, sent_back)
+            }
         });
         let runs = futures::future::join_all(runs).await;
         let runs = runs.into_iter().flat_map(|(share, later)| [share, later]);
@@ -202,55 +210,6 @@ impl Handler {
                 .record_outcome(&id.to_string(), failed_whole, self.clock.now());
         }
         (share, reports)
-    }
-
-    /// Sends each record of `later` (a busy cluster's first-time events, see [`triage`]) back
-    /// to the queue it came from as it came, in the message group of the cluster it is bound
-    /// `to`, at once (ten at a time): reported requeued once sent (its message is then
-    /// deleted), failed (retryable: the message comes back) when not.
-    async fn requeue(&self, to: &Destination, later: Share) -> (Share, Vec<Report>) {
-        let Some(queue) = self
-            .passes
-            .queue
-            .as_deref()
-            .filter(|_| !later.records.is_empty())
-        else {
-            return (later, Vec::new());
-        };
-        let cluster = match to {
-            Destination::Cluster(Some(id)) => Some(id.to_string()),
-            _ => None,
-        };
-        let group = message_group(cluster.as_deref(), Tenant::Cluster);
-        let (group, cluster) = (&group, &cluster);
-        let named = cluster.as_deref().unwrap_or("served");
-        let sends = later.records.iter().map(|record| async move {
-            let report = Report {
-                cluster: cluster.clone(),
-                ..Report::new(record)
-            };
-            let (Some(arn), Some(body)) = (&record.queue_arn, &record.body) else {
-                return report.failed("internal: a record sent back without its message".into());
-            };
-            match queue.send(arn, group, body, Duration::ZERO).await {
-                Ok(()) => report.ended(
-                    Outcome::Requeued,
-                    format!(
-                        "cluster {named} is busy: more of its first-time events in this batch \
-                         than an invocation takes on ({}); sent back to the queue in the \
-                         cluster's message group {group}, to be handled there in its turn",
-                        self.takes_per_cluster.unwrap_or_default()
-                    ),
-                ),
-                Err(e) => report.failed(format!(
-                    "cluster {named} is busy, and the event could not be sent back to the queue \
-                     in its message group {group}: {e}; the message comes back"
-                )),
-            }
-        });
-        let reports = futures::StreamExt::buffered(futures::stream::iter(sends), 10);
-        let reports = futures::StreamExt::collect(reports).await;
-        (later, reports)
     }
 
     /// The batch's instances, looked up once for every cluster (within the batch's time; the

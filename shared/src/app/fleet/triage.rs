@@ -9,8 +9,12 @@
 //! that is also handled in the end (its invocation died after sending it) a duplicate.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-use super::split::Share;
+use super::split::{Destination, Share};
+use crate::domain::inbound::continuation::{Tenant, message_group};
+use crate::domain::report::{Outcome, Report};
+use crate::ports::ContinuationQueue;
 
 /// How far ahead an invocation takes on a cluster's cordons: what its share of the cluster's
 /// API server starts within this many seconds.
@@ -52,6 +56,50 @@ pub fn triage(share: Share, takes: usize, split: &BTreeSet<usize>) -> (Share, Sh
         to.positions.push(position);
     }
     (now, later)
+}
+
+/// Sends each record of `later` (what [`triage`] left for later of a cluster's share, bound
+/// `to`) back to the queue it came from as it came, in the cluster's message group, at once
+/// (ten at a time): reported requeued once sent (its message is then deleted), failed
+/// (retryable: the message comes back) when not. `takes`: what the invocation took on.
+pub async fn requeue(
+    queue: &dyn ContinuationQueue,
+    to: &Destination,
+    later: Share,
+    takes: usize,
+) -> (Share, Vec<Report>) {
+    let cluster = match to {
+        Destination::Cluster(Some(id)) => Some(id.to_string()),
+        _ => None,
+    };
+    let group = &message_group(cluster.as_deref(), Tenant::Cluster);
+    let (cluster, named) = (&cluster, cluster.as_deref().unwrap_or("served"));
+    let sends = later.records.iter().map(|record| async move {
+        let report = Report {
+            cluster: cluster.clone(),
+            ..Report::new(record)
+        };
+        let (Some(arn), Some(body)) = (&record.queue_arn, &record.body) else {
+            return report.failed("internal: a record sent back without its message".into());
+        };
+        match queue.send(arn, group, body, Duration::ZERO).await {
+            Ok(()) => report.ended(
+                Outcome::Requeued,
+                format!(
+                    "cluster {named} is busy: more of its first-time events in this batch than \
+                     an invocation takes on ({takes}); sent back to the queue in the cluster's \
+                     message group {group}, to be handled there in its turn"
+                ),
+            ),
+            Err(e) => report.failed(format!(
+                "cluster {named} is busy, and the event could not be sent back to the queue in \
+                 its message group {group}: {e}; the message comes back"
+            )),
+        }
+    });
+    let reports = futures::StreamExt::buffered(futures::stream::iter(sends), 10);
+    let reports = futures::StreamExt::collect(reports).await;
+    (later, reports)
 }
 
 #[cfg(test)]
