@@ -43,20 +43,17 @@ pub struct InstanceFacts {
 
 impl InstanceFacts {
     /// The clusters the instance's tags name (`kubernetes.io/cluster/<name>`,
-    /// `aws:eks:cluster-name`, `eks:cluster-name`), deduplicated.
+    /// `aws:eks:cluster-name`, `eks:cluster-name`), sorted and deduplicated.
     pub fn clusters(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = Vec::new();
-        for (key, value) in &self.tags {
+        let named = self.tags.iter().filter_map(|(key, value)| {
             let eks = EKS_CLUSTER_TAGS
                 .contains(&key.as_str())
                 .then_some(value.as_str());
-            if let Some(name) = key.strip_prefix(CLUSTER_TAG_PREFIX).or(eks)
-                && !name.is_empty()
-                && !names.contains(&name)
-            {
-                names.push(name);
-            }
-        }
+            key.strip_prefix(CLUSTER_TAG_PREFIX).or(eks)
+        });
+        let mut names: Vec<&str> = named.filter(|name| !name.is_empty()).collect();
+        names.sort_unstable();
+        names.dedup();
         names
     }
 
@@ -388,8 +385,6 @@ mod tests {
         i.tags.insert("eks:cluster-name".into(), "demo".into());
         i.tags.insert("aws:eks:cluster-name".into(), "other".into());
         i.tags.insert("Name".into(), "x".into());
-        let mut c = i.clusters();
-        c.sort();
-        assert_eq!(c, vec!["demo", "other"]);
+        assert_eq!(i.clusters(), vec!["demo", "other"]);
     }
 }
