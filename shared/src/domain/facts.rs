@@ -160,22 +160,16 @@ impl NodeFacts {
     /// node whose name was reused by a new instance, or a plan naming another node, is refused).
     /// Otherwise why not.
     pub fn verify_runs(&self, instance_id: &str) -> Result<(), NotItsNode> {
-        if self.is_control_plane() {
-            return Err(NotItsNode::ControlPlane {
-                node: self.name.clone(),
-            });
-        }
+        let (node, instance_id) = (self.name.clone(), instance_id.to_string());
         match self.instance_id() {
+            _ if self.is_control_plane() => Err(NotItsNode::ControlPlane { node }),
             Some(id) if id == instance_id => Ok(()),
-            Some(other) => Err(NotItsNode::OtherInstance {
-                node: self.name.clone(),
-                runs: other.to_string(),
-                instance_id: instance_id.to_string(),
+            Some(runs) => Err(NotItsNode::OtherInstance {
+                node,
+                runs: runs.into(),
+                instance_id,
             }),
-            None => Err(NotItsNode::Unverifiable {
-                node: self.name.clone(),
-                instance_id: instance_id.to_string(),
-            }),
+            None => Err(NotItsNode::Unverifiable { node, instance_id }),
         }
     }
 }
