@@ -27,7 +27,7 @@ const FILTER_VALUES_MAX: usize = 200;
 pub struct Ec2Directory {
     pub(crate) places: PerPlace<Client>,
     /// Each place's zone IDs by zone name (`DescribeAvailabilityZones`), read once per place.
-    zones: Arc<Mutex<HashMap<Place, ZoneIds>>>,
+    zones: Arc<Mutex<HashMap<Place, Arc<tokio::sync::OnceCell<ZoneIds>>>>>,
 }
 
 impl Ec2Directory {
@@ -89,9 +89,8 @@ fn addresses_of(instance: &Instance) -> Vec<String> {
                 .chain(v4.filter_map(|p| p.ipv4_prefix()))
                 .chain(v6.filter_map(|a| a.ipv6_address()))
                 .chain(v6p.filter_map(|p| p.ipv6_prefix()))
-                .map(str::to_string)
-                .collect::<Vec<_>>()
         })
+        .map(str::to_string)
         .collect()
 }
 
@@ -193,7 +192,8 @@ impl Ec2Directory {
     }
 
     /// Gives `instances` (of `place`, described through `client`) the zone IDs EC2 did not:
-    /// from that account's `DescribeAvailabilityZones`, read once per place. When it cannot be
+    /// from that account's `DescribeAvailabilityZones`, read once per place (a lookup under
+    /// way is waited for; one that failed is tried again by the next). When it cannot be
     /// read, they keep none (their pools are keyed by zone name), logged.
     async fn with_zone_ids(
         &self,
@@ -207,23 +207,17 @@ impl Ec2Directory {
         if missing.is_empty() {
             return;
         }
-        let known = lock(&self.zones).get(place).cloned();
-        let ids = match known {
-            Some(ids) => ids,
-            None => match zone_ids_of(client).await {
-                Ok(ids) => {
-                    lock(&self.zones).insert(place.clone(), ids.clone());
-                    ids
+        let ids = lock(&self.zones).entry(place.clone()).or_default().clone();
+        match ids.get_or_try_init(|| zone_ids_of(client)).await {
+            Ok(ids) => {
+                for instance in missing {
+                    let zone = instance.zone.as_deref().unwrap_or_default();
+                    instance.zone_id = ids.get(zone).cloned();
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, account = ?place.account, region = ?place.region, "the zone IDs could not be read: pools keyed by zone name");
-                    return;
-                }
-            },
-        };
-        for instance in missing {
-            let zone = instance.zone.as_deref().unwrap_or_default();
-            instance.zone_id = ids.get(zone).cloned();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, account = ?place.account, region = ?place.region, "the zone IDs could not be read: pools keyed by zone name")
+            }
         }
     }
 }

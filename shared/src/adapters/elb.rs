@@ -141,14 +141,12 @@ impl ElbTargets {
             );
         }
         let now = self.clock.now();
-        let known = {
-            let mut groups = lock(&self.groups);
-            let known = groups.entry(key.clone()).or_default();
+        let known = self.known(key, |known| {
             if known.at.is_none() && known.arns.is_empty() {
                 known.arns = seed;
             }
             known.clone()
-        };
+        });
         let fresh = (known.at).is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
         let start = (!fresh).then(|| known.finding.clone().try_lock_owned().ok());
         let Some(finding) = start.flatten() else {
@@ -199,15 +197,19 @@ impl ElbTargets {
                 (ours.filter_map(|m| m.resource_arn())).filter(|a| a.contains(":targetgroup/"));
             let arns: Vec<String> = arns.map(String::from).collect();
             // Partial results are kept: what a cut-short discovery found is known.
-            let mut groups = lock(&self.groups);
-            let known = groups.entry(key.clone()).or_default();
-            known.arns.extend(arns.iter().cloned());
+            self.known(key, |known| known.arns.extend(arns.iter().cloned()));
             found.extend(arns);
         }
-        let mut groups = lock(&self.groups);
-        let known = groups.entry(key.clone()).or_default();
-        (known.arns, known.at) = (found.clone(), Some(self.clock.now()));
+        let now = self.clock.now();
+        self.known(key, |known| {
+            (known.arns, known.at) = (found.clone(), Some(now))
+        });
         Ok((found, calls))
+    }
+
+    /// `change` made to the target groups of `key` as known (none known yet: an empty entry).
+    fn known<T>(&self, key: &ClusterId, change: impl FnOnce(&mut Known) -> T) -> T {
+        change(lock(&self.groups).entry(key.clone()).or_default())
     }
 }
 
@@ -301,9 +303,7 @@ impl LoadBalancers for ElbTargets {
                 Ok(()) => {}
                 // Gone: forgotten among the cluster's groups.
                 Err(e) if e.kind == FailureKind::NotFound => {
-                    if let Some(known) = lock(&self.groups).get_mut(key) {
-                        known.arns.remove(&group);
-                    }
+                    self.known(key, |known| known.arns.remove(&group));
                 }
                 Err(e) => {
                     let mut out = lock(out_);

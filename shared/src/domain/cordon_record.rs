@@ -173,16 +173,10 @@ impl CordonRecord {
             _ => earlier,
         };
         // Every taint either cordon put stays forewarn's to remove.
-        let mut taints = earlier.taints.clone();
-        taints.extend(
-            self.taints
-                .iter()
-                .filter(|k| !earlier.taints.contains(k))
-                .cloned(),
-        );
+        let added = self.taints.iter().filter(|k| !earlier.taints.contains(k));
         CordonRecord {
             excluded_from_lb: self.excluded_from_lb || earlier.excluded_from_lb,
-            taints,
+            taints: earlier.taints.iter().chain(added).cloned().collect(),
             // Whether the node was unschedulable before forewarn: the first cordon knew.
             already_unschedulable: earlier.already_unschedulable,
             ..longer.unsigned()

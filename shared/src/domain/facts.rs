@@ -43,20 +43,17 @@ pub struct InstanceFacts {
 
 impl InstanceFacts {
     /// The clusters the instance's tags name (`kubernetes.io/cluster/<name>`,
-    /// `aws:eks:cluster-name`, `eks:cluster-name`), deduplicated.
+    /// `aws:eks:cluster-name`, `eks:cluster-name`), sorted and deduplicated.
     pub fn clusters(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = Vec::new();
-        for (key, value) in &self.tags {
+        let named = self.tags.iter().filter_map(|(key, value)| {
             let eks = EKS_CLUSTER_TAGS
                 .contains(&key.as_str())
                 .then_some(value.as_str());
-            if let Some(name) = key.strip_prefix(CLUSTER_TAG_PREFIX).or(eks)
-                && !name.is_empty()
-                && !names.contains(&name)
-            {
-                names.push(name);
-            }
-        }
+            key.strip_prefix(CLUSTER_TAG_PREFIX).or(eks)
+        });
+        let mut names: Vec<&str> = named.filter(|name| !name.is_empty()).collect();
+        names.sort_unstable();
+        names.dedup();
         names
     }
 
@@ -163,22 +160,16 @@ impl NodeFacts {
     /// node whose name was reused by a new instance, or a plan naming another node, is refused).
     /// Otherwise why not.
     pub fn verify_runs(&self, instance_id: &str) -> Result<(), NotItsNode> {
-        if self.is_control_plane() {
-            return Err(NotItsNode::ControlPlane {
-                node: self.name.clone(),
-            });
-        }
+        let (node, instance_id) = (self.name.clone(), instance_id.to_string());
         match self.instance_id() {
+            _ if self.is_control_plane() => Err(NotItsNode::ControlPlane { node }),
             Some(id) if id == instance_id => Ok(()),
-            Some(other) => Err(NotItsNode::OtherInstance {
-                node: self.name.clone(),
-                runs: other.to_string(),
-                instance_id: instance_id.to_string(),
+            Some(runs) => Err(NotItsNode::OtherInstance {
+                node,
+                runs: runs.into(),
+                instance_id,
             }),
-            None => Err(NotItsNode::Unverifiable {
-                node: self.name.clone(),
-                instance_id: instance_id.to_string(),
-            }),
+            None => Err(NotItsNode::Unverifiable { node, instance_id }),
         }
     }
 }
@@ -388,8 +379,6 @@ mod tests {
         i.tags.insert("eks:cluster-name".into(), "demo".into());
         i.tags.insert("aws:eks:cluster-name".into(), "other".into());
         i.tags.insert("Name".into(), "x".into());
-        let mut c = i.clusters();
-        c.sort();
-        assert_eq!(c, vec!["demo", "other"]);
+        assert_eq!(i.clusters(), vec!["demo", "other"]);
     }
 }

@@ -275,11 +275,8 @@ pub enum Claim {
     Making(DateTime<Utc>),
     /// A round was made too recently: the next not before this time.
     NotYet(DateTime<Utc>),
-    /// A round throttled or went unanswered at `since`: no round until `until`.
-    Quiet {
-        since: DateTime<Utc>,
-        until: DateTime<Utc>,
-    },
+    /// A round throttled or went unanswered at this time: no round until its quiet time ends.
+    Quiet(DateTime<Utc>),
 }
 
 /// The rounds of one cluster's load balancers in one account and region, as the pool store
@@ -314,7 +311,7 @@ impl Rounds {
         // The first reason to take no round, in this order.
         let ahead = |t: &DateTime<Utc>| now < *t;
         let wait = (self.quiet.filter(|(_, until)| ahead(until)))
-            .map(|(since, until)| Claim::Quiet { since, until })
+            .map(|(since, _)| Claim::Quiet(since))
             .or_else(|| self.making_until.filter(ahead).map(Claim::Making))
             .or_else(|| self.next_at.filter(ahead).map(Claim::NotYet))
             .or_else(|| self.pending.is_empty().then_some(Claim::Nothing));
@@ -704,13 +701,8 @@ mod tests {
         // A round that throttled quiets the place and cluster.
         r.settle(t(2), &settled(Some(t(3)), Some(t(32)), &[]));
         r.offer(&[doomed("i-4", &[])]);
-        assert_eq!(
-            r.claim(t(10), lease),
-            Claim::Quiet {
-                since: t(2),
-                until: t(32)
-            }
-        );
+        assert_eq!(r.claim(t(10), lease), Claim::Quiet(t(2)));
+        assert_eq!(r.claim(t(31), lease), Claim::Quiet(t(2)));
         assert!(matches!(r.claim(t(32), lease), Claim::Taken(_, g) if g == ["arn:tg"]));
         // However many were offered, a round takes the first ROUND_TAKES.
         let many: Vec<Doomed> = (0..ROUND_TAKES + 5)

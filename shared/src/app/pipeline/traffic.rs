@@ -201,7 +201,7 @@ impl Pipeline<'_> {
         while done.len() < doomed.len() && self.clock.now() < end {
             let now = self.clock.now();
             match self.claim_round(traffic, rounds, key, end).await? {
-                Claim::Quiet { since, .. } => return Ok(Err(since)),
+                Claim::Quiet(since) => return Ok(Err(since)),
                 Claim::NotYet(next) => {
                     let wait = (next.min(end) - now).to_std().unwrap_or_default();
                     let wait = wait.clamp(Duration::from_millis(10), LOOK_EVERY * 10);
