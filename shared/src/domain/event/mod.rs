@@ -192,18 +192,6 @@ pub struct LifecycleAction {
     pub region: Option<String>,
 }
 
-impl Detail {
-    /// The detail with its lifecycle action, if it has one, placed in `account` and `region`
-    /// (the event envelope's): where the action is completed.
-    pub(crate) fn placed(mut self, account: Option<&str>, region: Option<&str>) -> Detail {
-        if let Detail::AsgTermination(action) | Detail::AsgLaunch(action) = &mut self {
-            action.account = account.map(str::to_string);
-            action.region = region.map(str::to_string);
-        }
-        self
-    }
-}
-
 /// The kind-specific part of an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Detail {
