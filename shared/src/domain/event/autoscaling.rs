@@ -76,7 +76,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fields::{Fields, InstanceId, Parsed, Text, unsupported};
-use super::{DecodeError, Detail, Event, EventKind, LifecycleAction, synthetic_id};
+use super::{
+    DT_ASG_LAUNCH, DT_ASG_TERMINATE, DecodeError, Detail, Event, EventKind, LifecycleAction,
+    synthetic_id,
+};
 
 /// The `Service` of an Auto Scaling notification sent straight to a queue.
 pub const ASG_SERVICE: &str = "AWS Auto Scaling";
@@ -181,17 +184,14 @@ pub(crate) fn lifecycle_detail(
         return Ok(unsupported(why));
     }
     let action: Action = f.read(detail, "detail")?;
-    let expected = match kind {
-        EventKind::AsgLaunch => ASG_LAUNCHING,
-        _ => ASG_TERMINATING,
+    let (expected, detail_type) = match kind {
+        EventKind::AsgLaunch => (ASG_LAUNCHING, DT_ASG_LAUNCH),
+        _ => (ASG_TERMINATING, DT_ASG_TERMINATE),
     };
     if let Some(other) = head.lifecycle_transition.filter(|t| t != expected) {
         return Err(f.err(
             "detail.LifecycleTransition",
-            format!(
-                "`{other}` in an event of detail-type `{}` (expected {expected})",
-                kind.source_and_detail_type().unwrap_or_default().1
-            ),
+            format!("`{other}` in an event of detail-type `{detail_type}` (expected {expected})"),
         ));
     }
     Ok(action.parsed(kind, account, region))

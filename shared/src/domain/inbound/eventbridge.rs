@@ -75,7 +75,7 @@ pub fn parse_event(
             autoscaling::lifecycle_detail(&f, &detail, kind, account, region)
         }
         EventKind::ScheduledChange => health::scheduled_change(&f, &detail),
-        // Never classified from an envelope (see `EventKind::source_and_detail_type`).
+        // Never classified from an envelope (see `EventKind::classify`).
         EventKind::Impaired | EventKind::Unsupported => Ok(unsupported(
             if source.is_empty() && detail_type.is_empty() {
                 "not an EventBridge event (no source or detail-type)".to_string()
