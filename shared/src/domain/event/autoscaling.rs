@@ -76,7 +76,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fields::{Fields, InstanceId, Parsed, Text, unsupported};
-use super::{DecodeError, Detail, Event, EventKind, LifecycleAction, synthetic_id};
+use super::{
+    DT_ASG_LAUNCH, DT_ASG_TERMINATE, DecodeError, Detail, Event, EventKind, LifecycleAction,
+    synthetic_id,
+};
 
 /// The `Service` of an Auto Scaling notification sent straight to a queue.
 pub const ASG_SERVICE: &str = "AWS Auto Scaling";
@@ -101,17 +104,32 @@ struct Head {
 }
 
 impl Head {
-    /// Why the notification is a test notification to ignore, when it is one (`Event` or
-    /// `LifecycleTransition` is `autoscaling:TEST_NOTIFICATION`).
-    fn test_notification(&self) -> Option<String> {
+    /// Whether it is a test notification (`Event` or `LifecycleTransition` is
+    /// `autoscaling:TEST_NOTIFICATION`).
+    fn is_test(&self) -> bool {
         [&self.event, &self.lifecycle_transition]
             .iter()
             .any(|s| s.as_deref() == Some(ASG_TEST_NOTIFICATION))
-            .then(|| {
-                format!(
-                    "Auto Scaling test notification ({ASG_TEST_NOTIFICATION}), sent when a lifecycle hook or notification is created: nothing to do"
-                )
-            })
+    }
+
+    /// The kind of the lifecycle action it names, or why it names none to handle (a test
+    /// notification, another transition).
+    fn kind(&self) -> Result<EventKind, String> {
+        match self.lifecycle_transition.as_deref() {
+            _ if self.is_test() => Err(format!(
+                "Auto Scaling test notification ({ASG_TEST_NOTIFICATION}), sent when a lifecycle hook or notification is created: nothing to do"
+            )),
+            Some(ASG_TERMINATING) => Ok(EventKind::AsgTermination),
+            Some(ASG_LAUNCHING) => Ok(EventKind::AsgLaunch),
+            Some(other) => Err(format!(
+                "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} and \
+                 {ASG_LAUNCHING} are handled"
+            )),
+            None => Err(format!(
+                "Auto Scaling notification `{}` is not a lifecycle action",
+                self.event.as_deref().unwrap_or_default()
+            )),
+        }
     }
 }
 
@@ -129,58 +147,54 @@ struct Action {
 }
 
 impl Action {
-    /// The instance, and the lifecycle action of `kind` (a launch or a termination).
-    fn into_detail(self, kind: EventKind) -> (String, Detail) {
+    /// The instance and its lifecycle action of `kind` (a launch or a termination), completed
+    /// in `account` and `region` (where the group is; `None`: the deployment's own).
+    fn parsed(self, kind: EventKind, account: Option<String>, region: Option<String>) -> Parsed {
         let action = LifecycleAction {
             hook_name: self.hook_name.0,
             asg_name: self.asg_name.0,
             token: self.token.0,
-            // Placed by the caller, which reads the envelope (see `Detail::placed`).
-            account: None,
-            region: None,
+            account,
+            region,
         };
         let detail = match kind {
             EventKind::AsgLaunch => Detail::AsgLaunch(action),
             _ => Detail::AsgTermination(action),
         };
-        (self.instance.0, detail)
-    }
-}
-
-/// The lifecycle transition of `kind`'s hook (a launch or a termination).
-fn transition(kind: EventKind) -> &'static str {
-    match kind {
-        EventKind::AsgLaunch => ASG_LAUNCHING,
-        _ => ASG_TERMINATING,
+        (kind, vec![self.instance.0], detail)
     }
 }
 
 /// The `detail` of an EventBridge `EC2 Instance-terminate Lifecycle Action` or `EC2
-/// Instance-launch Lifecycle Action` (`kind`): a lifecycle action, or a test notification
-/// (unsupported, with the reason). A `LifecycleTransition` that is not the detail-type's is an
-/// error: the event contradicts itself.
+/// Instance-launch Lifecycle Action` (`kind`) whose envelope names `account` and `region`: a
+/// lifecycle action, or a test notification (unsupported, with the reason). A
+/// `LifecycleTransition` that is not the detail-type's is an error: the event contradicts
+/// itself.
 pub(crate) fn lifecycle_detail(
     f: &Fields<'_>,
     detail: &Value,
     kind: EventKind,
+    account: Option<String>,
+    region: Option<String>,
 ) -> Result<Parsed, DecodeError> {
     let head: Head = f.read(detail, "detail")?;
-    if let Some(why) = head.test_notification() {
+    if let Err(why) = head.kind()
+        && head.is_test()
+    {
         return Ok(unsupported(why));
     }
     let action: Action = f.read(detail, "detail")?;
-    let expected = transition(kind);
+    let (expected, detail_type) = match kind {
+        EventKind::AsgLaunch => (ASG_LAUNCHING, DT_ASG_LAUNCH),
+        _ => (ASG_TERMINATING, DT_ASG_TERMINATE),
+    };
     if let Some(other) = head.lifecycle_transition.filter(|t| t != expected) {
         return Err(f.err(
             "detail.LifecycleTransition",
-            format!(
-                "`{other}` in an event of detail-type `{}` (expected {expected})",
-                kind.source_and_detail_type().unwrap_or_default().1
-            ),
+            format!("`{other}` in an event of detail-type `{detail_type}` (expected {expected})"),
         ));
     }
-    let (id, detail) = action.into_detail(kind);
-    Ok((kind, vec![id], detail))
+    Ok(action.parsed(kind, account, region))
 }
 
 /// An Auto Scaling notification sent straight to the queue (a lifecycle hook whose notification
@@ -197,9 +211,10 @@ pub(crate) fn is_notification(v: &Value) -> bool {
 
 /// Parses a lifecycle hook's own notification. A terminating transition is an `asg-termination`,
 /// a launching one an `asg-launch`, each with an id derived from the `LifecycleActionToken` (so
-/// a redelivery is a duplicate); a test notification (or any other transition) is unsupported,
-/// ignored with the reason. It takes the EventBridge kind's `source` and `detail-type`, so that
-/// it is planned alike.
+/// a redelivery is a duplicate), completed in the notification's account and its group's
+/// region; a test notification (or any other transition) is unsupported, ignored with the
+/// reason. It takes the EventBridge kind's `source` and `detail-type`, so that it is planned
+/// alike.
 pub(crate) fn notification(
     f: &Fields<'_>,
     v: &Value,
@@ -210,36 +225,18 @@ pub(crate) fn notification(
         .and_then(|arn| arn.split(':').nth(3))
         .filter(|r| !r.is_empty())
         .map(str::to_string);
-    let transition = head.lifecycle_transition.as_deref();
-    let why = head.test_notification();
-    let kind = match (&why, transition) {
-        (None, Some(ASG_TERMINATING)) => EventKind::AsgTermination,
-        (None, Some(ASG_LAUNCHING)) => EventKind::AsgLaunch,
-        _ => EventKind::Unsupported,
-    };
-    let time = f.event_time(head.time.as_deref(), "Time", kind, received)?;
-    let (id, instance_ids, detail) = match kind {
-        EventKind::Unsupported => {
-            let why = why.unwrap_or_else(|| match transition {
-                Some(other) => format!(
-                    "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} and \
-                     {ASG_LAUNCHING} are handled"
-                ),
-                None => format!(
-                    "Auto Scaling notification `{}` is not a lifecycle action",
-                    head.event.as_deref().unwrap_or_default()
-                ),
-            });
-            (synthetic_id(v), vec![], Detail::Unsupported { why })
-        }
-        _ => {
+    let (id, (kind, instance_ids, detail)) = match head.kind() {
+        Err(why) => (synthetic_id(v), unsupported(why)),
+        Ok(kind) => {
             let action: Action = f.read(v, "")?;
             let id = format!("lifecycle-action:{}", action.token.0);
-            let (instance, detail) = action.into_detail(kind);
-            let detail = detail.placed(head.account_id.as_deref(), region.as_deref());
-            (id, vec![instance], detail)
+            (
+                id,
+                action.parsed(kind, head.account_id.clone(), region.clone()),
+            )
         }
     };
+    let time = f.event_time(head.time.as_deref(), "Time", kind, received)?;
     Ok(Event {
         id,
         kind,

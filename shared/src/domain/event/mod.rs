@@ -83,35 +83,27 @@ impl EventKind {
         )
     }
 
-    /// The EventBridge `source` and `detail-type` of a supported kind.
-    pub fn source_and_detail_type(self) -> Option<(&'static str, &'static str)> {
-        Some(match self {
-            EventKind::SpotInterruption => (SOURCE_EC2, DT_SPOT),
-            EventKind::RebalanceRecommendation => (SOURCE_EC2, DT_REBALANCE),
-            EventKind::StateChange => (SOURCE_EC2, DT_STATE_CHANGE),
-            EventKind::ScheduledChange => (SOURCE_HEALTH, DT_HEALTH),
-            EventKind::AsgTermination => (SOURCE_ASG, DT_ASG_TERMINATE),
-            EventKind::AsgLaunch => (SOURCE_ASG, DT_ASG_LAUNCH),
-            EventKind::CapacityReservationInterruption => (SOURCE_EC2, DT_RESERVATION),
-            EventKind::CapacityBlockExpiration => (SOURCE_EC2, DT_BLOCK_EXPIRATION),
-            EventKind::CapacityBlockDelivered => (SOURCE_EC2, DT_BLOCK_DELIVERED),
-            // Found by the sweeper only: no EventBridge event is classified as one.
-            EventKind::Impaired | EventKind::Unsupported => return None,
-        })
-    }
-
     /// The kind an EventBridge `source` and `detail-type` name; unsupported when none does.
     /// Capacity Blocks' events are known by both spellings AWS documents
-    /// ([`DT_BLOCK_EXPIRATION_LONG`], [`DT_BLOCK_DELIVERED_LONG`]).
+    /// ([`DT_BLOCK_EXPIRATION_LONG`], [`DT_BLOCK_DELIVERED_LONG`]). `impaired` is found by the
+    /// sweeper only: no event is classified as one.
     pub fn classify(source: &str, detail_type: &str) -> EventKind {
-        let detail_type = match detail_type {
-            DT_BLOCK_EXPIRATION_LONG => DT_BLOCK_EXPIRATION,
-            DT_BLOCK_DELIVERED_LONG => DT_BLOCK_DELIVERED,
-            other => other,
-        };
-        (EventKind::ALL.iter().copied())
-            .find(|k| k.source_and_detail_type() == Some((source, detail_type)))
-            .unwrap_or(EventKind::Unsupported)
+        match (source, detail_type) {
+            (SOURCE_EC2, DT_SPOT) => EventKind::SpotInterruption,
+            (SOURCE_EC2, DT_REBALANCE) => EventKind::RebalanceRecommendation,
+            (SOURCE_EC2, DT_STATE_CHANGE) => EventKind::StateChange,
+            (SOURCE_HEALTH, DT_HEALTH) => EventKind::ScheduledChange,
+            (SOURCE_ASG, DT_ASG_TERMINATE) => EventKind::AsgTermination,
+            (SOURCE_ASG, DT_ASG_LAUNCH) => EventKind::AsgLaunch,
+            (SOURCE_EC2, DT_RESERVATION) => EventKind::CapacityReservationInterruption,
+            (SOURCE_EC2, DT_BLOCK_EXPIRATION | DT_BLOCK_EXPIRATION_LONG) => {
+                EventKind::CapacityBlockExpiration
+            }
+            (SOURCE_EC2, DT_BLOCK_DELIVERED | DT_BLOCK_DELIVERED_LONG) => {
+                EventKind::CapacityBlockDelivered
+            }
+            _ => EventKind::Unsupported,
+        }
     }
 }
 
@@ -190,18 +182,6 @@ pub struct LifecycleAction {
     /// The region of the group, as the event's envelope says it (`None`: the deployment's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-}
-
-impl Detail {
-    /// The detail with its lifecycle action, if it has one, placed in `account` and `region`
-    /// (the event envelope's): where the action is completed.
-    pub(crate) fn placed(mut self, account: Option<&str>, region: Option<&str>) -> Detail {
-        if let Detail::AsgTermination(action) | Detail::AsgLaunch(action) = &mut self {
-            action.account = account.map(str::to_string);
-            action.region = region.map(str::to_string);
-        }
-        self
-    }
 }
 
 /// The kind-specific part of an event.

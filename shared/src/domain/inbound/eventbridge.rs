@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::domain::event::fields::{Fields, Obj, Parsed, unsupported};
+use crate::domain::event::fields::{Fields, Obj, unsupported};
 use crate::domain::event::{
     DecodeError, Detail, Event, EventKind, Origin, autoscaling, ec2, health, synthetic_id,
 };
@@ -25,8 +25,8 @@ struct Envelope {
     detail: Option<Map<String, Value>>,
 }
 
-/// Parses one EventBridge event. Valid JSON of an unknown source or detail-type is an
-/// `unsupported` event, not an error.
+/// Parses one EventBridge event: its envelope here, its `detail` by the file of its source. Valid
+/// JSON of an unknown source or detail-type is an `unsupported` event, not an error.
 ///
 /// The body of an SQS message may also be an Auto Scaling lifecycle hook's own notification (the
 /// hook's notification target is the queue): see [`autoscaling::notification`].
@@ -62,8 +62,28 @@ pub fn parse_event(
         None if kind == EventKind::Unsupported => Value::Null,
         None => return Err(f.err("detail", "missing")),
     };
-    let (kind, instance_ids, detail) = parse_detail(&f, kind, &detail, &source, &detail_type)?;
-    let detail = detail.placed(e.account.as_deref(), e.region.as_deref());
+    let (kind, instance_ids, detail) = match kind {
+        EventKind::SpotInterruption
+        | EventKind::RebalanceRecommendation
+        | EventKind::StateChange
+        | EventKind::CapacityReservationInterruption => ec2::instance(&f, &detail, kind),
+        EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
+            ec2::capacity_block(&f, &detail, kind)
+        }
+        EventKind::AsgTermination | EventKind::AsgLaunch => {
+            let (account, region) = (e.account.clone(), e.region.clone());
+            autoscaling::lifecycle_detail(&f, &detail, kind, account, region)
+        }
+        EventKind::ScheduledChange => health::scheduled_change(&f, &detail),
+        // Never classified from an envelope (see `EventKind::classify`).
+        EventKind::Impaired | EventKind::Unsupported => Ok(unsupported(
+            if source.is_empty() && detail_type.is_empty() {
+                "not an EventBridge event (no source or detail-type)".to_string()
+            } else {
+                format!("source `{source}`, detail-type `{detail_type}` is not handled")
+            },
+        )),
+    }?;
     // A part of a block's warning has an id of its own: the warning's and its first instance's.
     let id = match (&detail, instance_ids.first()) {
         (Detail::CapacityBlock { part: true, .. }, Some(first)) => format!("{id}#{first}"),
@@ -78,36 +98,4 @@ pub fn parse_event(
         instance_ids,
         detail,
     })
-}
-
-/// The kind-specific part: the instances the event is about and its [`Detail`], read by the
-/// file of the event's source.
-fn parse_detail(
-    f: &Fields<'_>,
-    kind: EventKind,
-    detail: &Value,
-    source: &str,
-    detail_type: &str,
-) -> Result<Parsed, DecodeError> {
-    match kind {
-        EventKind::SpotInterruption
-        | EventKind::RebalanceRecommendation
-        | EventKind::StateChange
-        | EventKind::CapacityReservationInterruption => ec2::instance(f, detail, kind),
-        EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
-            ec2::capacity_block(f, detail, kind)
-        }
-        EventKind::AsgTermination | EventKind::AsgLaunch => {
-            autoscaling::lifecycle_detail(f, detail, kind)
-        }
-        EventKind::ScheduledChange => health::scheduled_change(f, detail),
-        // Never classified from an envelope (see `EventKind::source_and_detail_type`).
-        EventKind::Impaired | EventKind::Unsupported => Ok(unsupported(
-            if source.is_empty() && detail_type.is_empty() {
-                "not an EventBridge event (no source or detail-type)".to_string()
-            } else {
-                format!("source `{source}`, detail-type `{detail_type}` is not handled")
-            },
-        )),
-    }
 }
