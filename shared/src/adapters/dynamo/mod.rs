@@ -61,7 +61,7 @@ mod testing;
 
 use codec::*;
 pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
-use expr::{Expr, Known};
+use expr::Expr;
 pub use secret::SecretKeys;
 
 use crate::adapters::aws::{AwsError, CallError, OperationError, failure_kind};
@@ -70,7 +70,7 @@ use crate::domain::fold::{history, validate};
 use crate::domain::keys::KeyRing;
 use crate::domain::plan::Plan;
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{Applied, PoolQuery, PoolRecord, Retention};
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, Retention};
 use crate::ports::{BoxError, FailureKind, PoolStore, PortError};
 use backon::{BackoffBuilder, ExponentialBuilder};
 
@@ -96,9 +96,11 @@ const MAX_KNOWN_POOLS: usize = 10_000;
 pub struct DynamoStore {
     client: Client,
     table: String,
-    /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets
-    /// (hints only: a panic elsewhere cannot leave them wrong, only stale).
-    known: Mutex<HashMap<String, Known>>,
+    /// What this store saw of each pool: read from its item after a lost bet, or its writes
+    /// folded ([`crate::domain::fold::fold`]) into what it saw before; bounds that only
+    /// tighten, to place the bets (hints only: a panic elsewhere cannot leave them wrong, only
+    /// stale).
+    known: Mutex<HashMap<PoolKey, PoolRecord>>,
     /// The continuation keys, once read (see [`crate::ports::KEY_CACHE_TTL`]).
     keys: crate::adapters::key_cache::KeyCache,
     /// What "now" is for the ledger's expiry.
@@ -197,7 +199,7 @@ impl PoolStore for DynamoStore {
                 .send()
                 .await;
             let Err(error) = sent else {
-                self.remember(&pools);
+                self.remember(plan);
                 return Ok(Applied::Applied);
             };
             let (conflict, lost) = match error.as_service_error() {
@@ -264,7 +266,7 @@ impl PoolStore for DynamoStore {
     /// have not expired (every page): the sort key orders them by event time.
     async fn history_of(
         &self,
-        pools: &[crate::domain::pool::PoolKey],
+        pools: &[PoolKey],
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, PortError> {
