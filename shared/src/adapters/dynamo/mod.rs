@@ -156,20 +156,16 @@ impl PoolStore for DynamoStore {
     /// The ledger items of `event_ids` (read strongly consistent) that have not expired.
     async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError> {
         let now = self.clock.now().timestamp();
-        // Each key once: a batch read refuses repeats.
-        let unique: HashSet<&String> = event_ids.iter().collect();
-        let keys = (unique.iter())
-            .map(|id| item_key(&event_pk(id), EVENT_SK))
-            .collect();
-        let mut live = HashSet::new();
+        // The ids by their ledger key, each key once (a batch read refuses repeats).
+        let ids: HashMap<String, &String> = event_ids.iter().map(|id| (event_pk(id), id)).collect();
+        let keys = ids.keys().map(|pk| item_key(pk, EVENT_SK)).collect();
+        let mut applied = HashSet::new();
         for item in self.batch_get(keys, "reading the ledger").await? {
             let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
-            if entry.expires_at > now {
-                live.insert(entry.pk);
-            }
+            let live = ids.get(&entry.pk).filter(|_| entry.expires_at > now);
+            applied.extend(live.map(|id| id.to_string()));
         }
-        let applied = unique.into_iter().filter(|id| live.contains(&event_pk(id)));
-        Ok(applied.cloned().collect())
+        Ok(applied)
     }
 
     /// One transaction, sent again until its bets hold (see the module's documentation).
