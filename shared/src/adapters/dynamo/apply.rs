@@ -16,6 +16,7 @@ use super::expr::*;
 use super::{DynamoStore, MAX_KNOWN_POOLS};
 use crate::adapters::accounts::lock;
 use crate::adapters::aws::kind_of_code;
+use crate::domain::fold::fold;
 use crate::domain::plan::Plan;
 use crate::domain::pool::{HistoryEntry, Retention, counter_name};
 use crate::ports::{FailureKind, PortError};
@@ -35,7 +36,7 @@ impl DynamoStore {
             let known = lock(&self.known);
             pools
                 .iter()
-                .map(|w| Known::bets(known.get(&pool_pk(&w.pool)), w))
+                .map(|w| Bets::on(known.get(&w.pool), w))
                 .collect()
         };
         let token = request_token(&(&self.table, plan, at, Retention::default(), &bets));
@@ -128,16 +129,16 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
-    /// Remembers what an applied transaction wrote, to place the next bets.
-    pub(super) fn remember(&self, pools: &[HistoryEntry]) {
+    /// Remembers what an applied transaction wrote, folded into what was seen before, to place
+    /// the next bets.
+    pub(super) fn remember(&self, plan: &Plan) {
         let mut known = lock(&self.known);
-        if known.len() + pools.len() > MAX_KNOWN_POOLS {
+        if known.len() + plan.pools.len() > MAX_KNOWN_POOLS {
             known.clear();
         }
-        for w in pools {
-            let pk = pool_pk(&w.pool);
-            let k = known.get(&pk).copied().unwrap_or_default().after(w);
-            known.insert(pk, k);
+        for mark in &plan.pools {
+            let seen = fold(known.remove(&mark.pool), plan, mark, &Retention::default());
+            known.insert(mark.pool.clone(), seen);
         }
     }
 
@@ -173,8 +174,9 @@ impl DynamoStore {
                         Some(item) => Some(item.clone()),
                         None => self.get(&pk, POOL_SK, format!("reading item {pk}")).await?,
                     };
-                    let seen = item.map_or(Ok(Known::default()), |item| from_item(&pk, &item));
-                    lock(&self.known).insert(pk.clone(), seen?);
+                    if let Some(item) = item {
+                        lock(&self.known).insert(pool.clone(), decode_pool(&item)?);
+                    }
                     tracing::debug!(table = %self.table, pool = %pool, "{what}: pool changed under the bet, sending the event again");
                 }
                 // Worth another transaction after a pause.
@@ -222,7 +224,7 @@ mod tests {
         let store = store();
         let u = update(1);
         let write = &history(&u, &Retention::default())[0];
-        let win = Known::bets(None, write);
+        let win = Bets::on(None, write);
         let item = store.pool_update(&u, write, win).unwrap();
         let up = item.update().unwrap();
         let expr = up.update_expression();
@@ -315,13 +317,22 @@ mod tests {
         };
         assert_ne!(token(&store, &other, at(1)), first);
         // The transaction sent again after a lost bet (another condition): another token.
-        let known = Known {
-            until: Some(i64::MAX),
-            last_seen: Some(i64::MAX),
-            first_seen: Some(0),
-            expires_at: Some(i64::MAX),
+        // (What a later event on the first pool wrote, remembered: this one loses its last.)
+        let later = Plan {
+            time: u.time + chrono::Duration::hours(1),
+            ..u.clone()
         };
-        lock(&store.known).insert(pool_pk(&pools[0].pool), known);
+        store.remember(&later);
+        let lost = Bets {
+            until: true,
+            last: false,
+            first: true,
+            expires: false,
+        };
+        assert_eq!(
+            Bets::on(lock(&store.known).get(&pools[0].pool), &pools[0]),
+            lost
+        );
         assert_ne!(token(&store, &u, at(1)), first);
         // The same event recorded at another time (a redelivery): another token.
         let fresh = DynamoStore::new(store.client.clone(), "t");

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::codec::ceil_secs;
-use crate::domain::pool::HistoryEntry;
+use crate::domain::pool::{HistoryEntry, PoolRecord};
 
 /// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
 /// ones).
@@ -52,40 +52,20 @@ pub(super) struct Bets {
     pub(super) expires: bool,
 }
 
-/// Bounds on a pool's fields as this store last saw them: `until`, `last_seen` and `expires_at`
-/// only grow (lower bounds), `first_seen` only shrinks (an upper bound). `None`: unknown. Read
-/// from a pool item (`codec::from_item`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(default)]
-pub(super) struct Known {
-    #[serde(rename = "unavailable_until")]
-    pub(super) until: Option<i64>,
-    pub(super) last_seen: Option<i64>,
-    pub(super) first_seen: Option<i64>,
-    pub(super) expires_at: Option<i64>,
-}
-
-impl Known {
-    /// The bets for `write`: "wins" unless what is known says otherwise (a bet known lost is
-    /// certainly lost; a bet placed to win may lose, and the condition tells).
-    pub(super) fn bets(known: Option<&Known>, write: &HistoryEntry) -> Bets {
-        let (k, (time, until, expires)) = (known.copied().unwrap_or_default(), secs(write));
-        Bets {
-            until: until.is_some_and(|u| k.until.is_none_or(|v| v <= u)),
-            last: k.last_seen.is_none_or(|v| v <= time),
-            first: k.first_seen.is_some_and(|v| v > time),
-            expires: k.expires_at.is_none_or(|v| v <= expires),
-        }
-    }
-
-    /// What is known after `write` was applied on top of `self`.
-    pub(super) fn after(self, write: &HistoryEntry) -> Known {
+impl Bets {
+    /// The bets for `write` on a pool as this store last saw it, `seen` (read, or folded from
+    /// what it wrote: `unavailable_until`, `last_seen` and `expires_at` only grow, `first_seen`
+    /// only shrinks, so its values bound what is stored), compared in the table's units: "wins"
+    /// unless `seen` says otherwise (a bet known lost is certainly lost; a bet placed to win may
+    /// lose, and the condition tells).
+    pub(super) fn on(seen: Option<&PoolRecord>, write: &HistoryEntry) -> Bets {
         let (time, until, expires) = secs(write);
-        Known {
-            until: self.until.max(until),
-            last_seen: Some(self.last_seen.map_or(time, |v| v.max(time))),
-            first_seen: Some(self.first_seen.map_or(time, |v| v.min(time))),
-            expires_at: Some(self.expires_at.map_or(expires, |v| v.max(expires))),
+        let seen_until = seen.and_then(|s| s.unavailable_until);
+        Bets {
+            until: until.is_some_and(|u| seen_until.is_none_or(|v| ceil_secs(v) <= u)),
+            last: seen.is_none_or(|s| s.last_seen.timestamp() <= time),
+            first: seen.is_some_and(|s| s.first_seen.timestamp() > time),
+            expires: seen.is_none_or(|s| ceil_secs(s.expires_at) <= expires),
         }
     }
 }
@@ -93,13 +73,16 @@ impl Known {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::dynamo::codec::{Item, from_item, n, s};
     use crate::adapters::dynamo::testing::{at, update};
-    use crate::domain::fold::history;
+    use crate::domain::fold::{fold, history};
     use crate::domain::pool::Retention;
+    use chrono::DateTime;
+
+    fn t(secs: i64) -> DateTime<chrono::Utc> {
+        DateTime::from_timestamp(secs, 0).unwrap()
+    }
 
     fn write(time: i64, until: Option<i64>, expires: i64) -> HistoryEntry {
-        let t = |secs| chrono::DateTime::from_timestamp(secs, 0).unwrap();
         let mut entry = history(&update(1), &Retention::default()).remove(0);
         (entry.at, entry.unavailable_until, entry.expires_at) = (t(time), until.map(t), t(expires));
         entry
@@ -107,7 +90,7 @@ mod tests {
 
     #[test]
     fn bets_default_to_this_event_being_the_latest() {
-        let b = Known::bets(None, &write(100, Some(200), 300));
+        let b = Bets::on(None, &write(100, Some(200), 300));
         assert_eq!(
             b,
             Bets {
@@ -118,19 +101,17 @@ mod tests {
             }
         );
         // A count-only event does not bet on the window.
-        assert!(!Known::bets(None, &write(100, None, 300)).until);
+        assert!(!Bets::on(None, &write(100, None, 300)).until);
     }
 
     #[test]
-    fn known_bounds_make_losing_bets_certain() {
-        let known = Known {
-            until: Some(500),
-            last_seen: Some(150),
-            first_seen: Some(120),
-            expires_at: Some(900),
-        };
-        // A late event with a shorter window, inside the known window.
-        let b = Known::bets(Some(&known), &write(100, Some(200), 300));
+    fn what_was_seen_makes_losing_bets_certain() {
+        let u = update(1);
+        let mut seen = fold(None, &u, &u.pools[0], &Retention::default());
+        (seen.unavailable_until, seen.last_seen) = (Some(t(500)), t(150));
+        (seen.first_seen, seen.expires_at) = (t(120), t(900));
+        // A late event with a shorter window, inside the window seen.
+        let b = Bets::on(Some(&seen), &write(100, Some(200), 300));
         assert_eq!(
             b,
             Bets {
@@ -141,47 +122,13 @@ mod tests {
             }
         );
         // Ties go to the event: `>=` on last_seen.
-        assert!(Known::bets(Some(&known), &write(150, None, 300)).last);
-        let after = known.after(&write(100, Some(200), 300));
-        assert_eq!(
-            after,
-            Known {
-                until: Some(500),
-                last_seen: Some(150),
-                first_seen: Some(100),
-                expires_at: Some(900)
-            }
-        );
-        let after = Known::default().after(&write(100, None, 300));
-        assert_eq!(after.until, None);
-        assert_eq!(after.first_seen, Some(100));
-    }
-
-    /// What is known of a pool, read from its item as stored (see `codec`'s tests).
-    #[test]
-    fn known_is_read_from_a_pool_item() {
-        let pk = "POOL#spot#m5.large#use1-az1";
-        let mut stored: Item = [
-            ("pk", s(pk)),
-            ("unavailable_until", n(1_700_000_061)),
-            ("expires_at", n(1_702_592_061)),
-            ("first_seen", n(1_699_000_000)),
-            ("last_seen", n(1_700_000_000)),
-            ("last_event_id", s("e-1")),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let known = Known {
-            until: Some(1_700_000_061),
-            last_seen: Some(1_700_000_000),
-            first_seen: Some(1_699_000_000),
-            expires_at: Some(1_702_592_061),
-        };
-        assert_eq!(from_item::<Known>(pk, &stored).unwrap(), known);
-        // Null is absent.
-        stored.insert("unavailable_until".into(), AttributeValue::Null(true));
-        assert_eq!(from_item::<Known>(pk, &stored).unwrap().until, None);
+        assert!(Bets::on(Some(&seen), &write(150, None, 300)).last);
+        // What this store wrote itself is compared as the table holds it: a window and an
+        // expiry rounded up, so that the same second does not win them.
+        let ms = chrono::Duration::milliseconds(1);
+        (seen.unavailable_until, seen.expires_at) = (Some(t(200) + ms), t(300) + ms);
+        let b = Bets::on(Some(&seen), &write(100, Some(200), 300));
+        assert!(!b.until && !b.expires, "{b:?}");
     }
 
     #[test]

@@ -19,39 +19,34 @@ impl DynamoStore {
         keys: Vec<Item>,
         what: &str,
     ) -> Result<Vec<Item>, PortError> {
-        let mut found = Vec::new();
+        let mut found: Vec<Vec<Item>> = Vec::new();
         for chunk in keys.chunks(100) {
-            let request = KeysAndAttributes::builder()
-                .set_keys(Some(chunk.to_vec()))
-                .consistent_read(true)
-                .build();
-            let mut request = Some(request.map_err(self.invalid(what))?);
-            let mut waits = BACKOFF.build();
-            for round in 0..MAX_BATCH_ROUNDS {
-                let Some(keys) = request.take() else { break };
-                if round > 0 {
-                    self.back_off(&mut waits).await;
-                }
+            let (mut left, mut waits) = (chunk.to_vec(), BACKOFF.build());
+            for round in 1.. {
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(left))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(self.invalid(what))?;
                 let read = self
                     .client
                     .batch_get_item()
-                    .request_items(&self.table, keys);
+                    .request_items(&self.table, request);
                 let out = read.send().await.map_err(|e| self.sdk_err(what, e))?;
-                found.extend(
-                    out.responses
-                        .and_then(|mut r| r.remove(&self.table))
-                        .into_iter()
-                        .flatten(),
-                );
-                request = (out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)))
-                    .filter(|k| !k.keys().is_empty());
-            }
-            if request.is_some() {
-                let why = format!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds");
-                return Err(self.fail(FailureKind::Throttled, what, why));
+                found.extend(out.responses.and_then(|mut r| r.remove(&self.table)));
+                let unprocessed = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table));
+                left = unprocessed.map(|k| k.keys).unwrap_or_default();
+                if left.is_empty() {
+                    break;
+                }
+                if round == MAX_BATCH_ROUNDS {
+                    let why = format!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds");
+                    return Err(self.fail(FailureKind::Throttled, what, why));
+                }
+                self.back_off(&mut waits).await;
             }
         }
-        Ok(found)
+        Ok(found.concat())
     }
 
     pub(super) fn ledger_put(

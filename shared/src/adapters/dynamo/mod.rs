@@ -61,7 +61,7 @@ mod testing;
 
 use codec::*;
 pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
-use expr::{Expr, Known};
+use expr::Expr;
 pub use secret::SecretKeys;
 
 use crate::adapters::aws::{AwsError, CallError, OperationError, failure_kind};
@@ -70,7 +70,7 @@ use crate::domain::fold::{history, validate};
 use crate::domain::keys::KeyRing;
 use crate::domain::plan::Plan;
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{Applied, PoolQuery, PoolRecord, Retention};
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, Retention};
 use crate::ports::{BoxError, FailureKind, PoolStore, PortError};
 use backon::{BackoffBuilder, ExponentialBuilder};
 
@@ -96,9 +96,11 @@ const MAX_KNOWN_POOLS: usize = 10_000;
 pub struct DynamoStore {
     client: Client,
     table: String,
-    /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets
-    /// (hints only: a panic elsewhere cannot leave them wrong, only stale).
-    known: Mutex<HashMap<String, Known>>,
+    /// What this store saw of each pool: read from its item after a lost bet, or its writes
+    /// folded ([`crate::domain::fold::fold`]) into what it saw before; bounds that only
+    /// tighten, to place the bets (hints only: a panic elsewhere cannot leave them wrong, only
+    /// stale).
+    known: Mutex<HashMap<PoolKey, PoolRecord>>,
     /// The continuation keys, once read (see [`crate::ports::KEY_CACHE_TTL`]).
     keys: crate::adapters::key_cache::KeyCache,
     /// What "now" is for the ledger's expiry.
@@ -154,20 +156,16 @@ impl PoolStore for DynamoStore {
     /// The ledger items of `event_ids` (read strongly consistent) that have not expired.
     async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError> {
         let now = self.clock.now().timestamp();
-        // Each key once: a batch read refuses repeats.
-        let unique: HashSet<&String> = event_ids.iter().collect();
-        let keys = (unique.iter())
-            .map(|id| item_key(&event_pk(id), EVENT_SK))
-            .collect();
-        let mut live = HashSet::new();
+        // The ids by their ledger key, each key once (a batch read refuses repeats).
+        let ids: HashMap<String, &String> = event_ids.iter().map(|id| (event_pk(id), id)).collect();
+        let keys = ids.keys().map(|pk| item_key(pk, EVENT_SK)).collect();
+        let mut applied = HashSet::new();
         for item in self.batch_get(keys, "reading the ledger").await? {
             let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
-            if entry.expires_at > now {
-                live.insert(entry.pk);
-            }
+            let live = ids.get(&entry.pk).filter(|_| entry.expires_at > now);
+            applied.extend(live.map(|id| id.to_string()));
         }
-        let applied = unique.into_iter().filter(|id| live.contains(&event_pk(id)));
-        Ok(applied.cloned().collect())
+        Ok(applied)
     }
 
     /// One transaction, sent again until its bets hold (see the module's documentation).
@@ -197,7 +195,7 @@ impl PoolStore for DynamoStore {
                 .send()
                 .await;
             let Err(error) = sent else {
-                self.remember(&pools);
+                self.remember(plan);
                 return Ok(Applied::Applied);
             };
             let (conflict, lost) = match error.as_service_error() {
@@ -264,7 +262,7 @@ impl PoolStore for DynamoStore {
     /// have not expired (every page): the sort key orders them by event time.
     async fn history_of(
         &self,
-        pools: &[crate::domain::pool::PoolKey],
+        pools: &[PoolKey],
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, PortError> {
