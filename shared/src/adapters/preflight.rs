@@ -182,7 +182,8 @@ fn spot_cordon(config: &Config, node: &Node, now: DateTime<Utc>) -> CordonSpec {
         own_key: config.taint_key.clone(),
         taint_value: kind.as_str().to_string(),
         taint_effect: config.taint_effect,
-        exclude_from_load_balancers: config.exclude_from_load_balancers,
+        // As a node no policy rule says otherwise for.
+        exclude_from_load_balancers: true,
         record: Some(CordonRecord::new(kind, PREFLIGHT_EVENT, &instance_id, now)),
         keys: RecordKeys::Unsigned,
     }

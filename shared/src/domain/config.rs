@@ -1,6 +1,6 @@
 //! The decision core's configuration: [`Config`], made from the settings (`crate::app::settings`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
@@ -98,11 +98,6 @@ pub struct Config {
     /// every node action is refused, pools are still recorded. Set by the handler for those
     /// instances only, never from a variable.
     pub unserved: bool,
-    /// The node action per event kind.
-    pub actions: BTreeMap<EventKind, Action>,
-    /// Kinds for which a node owned by a Karpenter NodeClaim or a Cluster API Machine is
-    /// deleted (through its owner) instead of getting the kind's action.
-    pub delete_owned_on: BTreeSet<EventKind>,
     /// Kinds that mark their pool unavailable (every kind counts in the pool's history).
     pub unavailable_kinds: BTreeSet<EventKind>,
     /// Kinds whose drains create placeholders first and evict a pod once there is room for it
@@ -115,8 +110,6 @@ pub struct Config {
     /// Which key a cordon's taint has per kind (see [`Config::taint_key_for`]).
     pub taint_keys: TaintKeys,
     pub taint_effect: TaintEffect,
-    /// Label cordoned nodes with `node.kubernetes.io/exclude-from-external-load-balancers`.
-    pub exclude_from_load_balancers: bool,
     /// The warning a spot or reservation interruption gives before the instance goes.
     pub interruption_notice: Duration,
     /// Drains must end this long before the instance goes.
@@ -138,7 +131,7 @@ pub struct Config {
     pub lifecycle_hooks: Option<BTreeSet<String>>,
     /// The policy per node group (`--policy`, the settings' policy file, the ConfigMap
     /// `forewarn/forewarn-policy`): a matching rule's action for a kind replaces the
-    /// default of `actions`.
+    /// default ([`default_action`]).
     pub policy: crate::domain::policy::Policy,
 }
 
@@ -184,21 +177,6 @@ impl Default for Config {
         Config {
             cluster: None,
             unserved: false,
-            actions: BTreeMap::from([
-                (EventKind::SpotInterruption, Action::CordonDrain),
-                (EventKind::RebalanceRecommendation, Action::Cordon),
-                (EventKind::StateChange, Action::Delete),
-                (EventKind::ScheduledChange, Action::CordonDrain),
-                (EventKind::AsgTermination, Action::CordonDrain),
-                (
-                    EventKind::CapacityReservationInterruption,
-                    Action::CordonDrain,
-                ),
-                (EventKind::CapacityBlockExpiration, Action::CordonDrain),
-                (EventKind::Impaired, Action::CordonDrain),
-                (EventKind::Unsupported, Action::None),
-            ]),
-            delete_owned_on: BTreeSet::from([EventKind::SpotInterruption]),
             unavailable_kinds: BTreeSet::from([
                 EventKind::SpotInterruption,
                 EventKind::CapacityReservationInterruption,
@@ -214,7 +192,6 @@ impl Default for Config {
             taint_key: TAINT_KEY.to_string(),
             taint_keys: TaintKeys::Forewarn,
             taint_effect: TaintEffect::NoSchedule,
-            exclude_from_load_balancers: true,
             interruption_notice: Duration::seconds(120),
             deadline_margin: Duration::seconds(15),
             drain_timeout: Duration::minutes(5),
@@ -236,12 +213,24 @@ impl Config {
             _ => &self.taint_key,
         }
     }
+}
 
-    /// The configured action for a kind.
-    pub fn action(&self, kind: EventKind) -> Action {
-        self.actions.get(&kind).copied().unwrap_or(Action::None)
+/// The node action of `kind` on a node whose policy rule names none for it: every kind a
+/// policy may configure drains, but a rebalance recommendation cordons and a state change
+/// deletes; the others (a launch, a Capacity Block's delivery) touch no node.
+pub fn default_action(kind: EventKind) -> Action {
+    match kind {
+        EventKind::RebalanceRecommendation => Action::Cordon,
+        EventKind::StateChange => Action::Delete,
+        _ if kind.configurable() => Action::CordonDrain,
+        _ => Action::None,
     }
 }
+
+/// The kinds for which a node owned by a Karpenter NodeClaim or a Cluster API Machine is
+/// deleted (through its owner) instead of getting the kind's action, where its policy rule's
+/// `delete-owned-on` does not say.
+pub const DELETE_OWNED_ON: &[EventKind] = &[EventKind::SpotInterruption];
 
 #[cfg(test)]
 mod tests {
@@ -250,9 +239,15 @@ mod tests {
     #[test]
     fn defaults() {
         let c = Config::default();
-        assert_eq!(c.action(EventKind::SpotInterruption), Action::CordonDrain);
-        assert_eq!(c.action(EventKind::RebalanceRecommendation), Action::Cordon);
-        assert_eq!(c.action(EventKind::StateChange), Action::Delete);
+        assert_eq!(
+            default_action(EventKind::SpotInterruption),
+            Action::CordonDrain
+        );
+        assert_eq!(
+            default_action(EventKind::RebalanceRecommendation),
+            Action::Cordon
+        );
+        assert_eq!(default_action(EventKind::StateChange), Action::Delete);
         assert_eq!(c.pool_ttl, Duration::hours(1));
     }
 

@@ -144,20 +144,17 @@ async fn a_configmap_rule_asking_delete_is_refused_and_its_nodes_keep_the_defaul
     // The plans of the node under the policy read: the defaults' actions, never a delete.
     let mut w = w;
     w.config.policy = config.policy.clone();
-    let defaults = forewarn::domain::config::Config::default();
+    let default = forewarn::domain::config::default_action;
     for kind in [
         EventKind::RebalanceRecommendation,
         EventKind::SpotInterruption,
     ] {
         let plan = w.plan(&event(kind, &format!("ev-policy-{kind:?}"))).await;
-        assert_eq!(plan.actions[0].action, defaults.action(kind), "{kind:?}");
+        assert_eq!(plan.actions[0].action, default(kind), "{kind:?}");
         assert_ne!(plan.actions[0].action, Action::Delete);
     }
     // The `none` it asked on spot warnings is refused too: the node is drained.
-    assert_eq!(
-        defaults.action(EventKind::SpotInterruption),
-        Action::CordonDrain
-    );
+    assert_eq!(default(EventKind::SpotInterruption), Action::CordonDrain);
 }
 
 /// The configuration `handler` decides by now in its lone cluster.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use super::NodeAction;
-use crate::domain::config::{Action, Config};
+use crate::domain::config::{Action, Config, DELETE_OWNED_ON, default_action};
 use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{Detail, Event, InstanceAction, InstanceState};
 use crate::domain::facts::{InstanceFacts, NodeFacts, Target};
@@ -39,7 +39,7 @@ pub(super) fn act(
     });
     // The node action it carries out, and how long a cordon lasts (`cordon-for`).
     let (mut action, lasts) = match chosen.as_ref().map(|(a, _)| *a) {
-        None => (config.action(event.kind), None),
+        None => (default_action(event.kind), None),
         // A drain for a recommendation lasts its window: no interruption by then, the reason
         // is gone and the way back gives the node back.
         Some(PolicyAction::CordonDrain) if asked == Some(PolicyAction::Adaptive) => {
@@ -52,14 +52,12 @@ pub(super) fn act(
         Some(PolicyAction::Delete) => (Action::Delete, None),
     };
     // A rule's action is what the user chose for these nodes; the default goes through the
-    // owner where its rule's `delete-owned-on` says so, else the configuration's.
+    // owner where its rule's `delete-owned-on` says so, else where [`DELETE_OWNED_ON`] does.
     let owned = rule.and_then(|r| r.delete_owned_on.as_ref());
-    let owned = owned.unwrap_or(&config.delete_owned_on);
-    if asked.is_none()
-        && action != Action::None
-        && node.owner.is_some()
-        && owned.contains(&event.kind)
-    {
+    let owned = owned.map_or(DELETE_OWNED_ON.contains(&event.kind), |k| {
+        k.contains(&event.kind)
+    });
+    if asked.is_none() && action != Action::None && node.owner.is_some() && owned {
         action = Action::Delete;
     }
     let stopping = matches!(
@@ -124,8 +122,9 @@ pub(super) fn act(
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {
         out.record = Some(record);
         out.taint_key = config.taint_key_for(event.kind).to_string();
-        out.exclude_from_load_balancers = (rule.and_then(|r| r.exclude_from_load_balancers))
-            .unwrap_or(config.exclude_from_load_balancers);
+        // Out of external load balancers unless its rule says otherwise.
+        out.exclude_from_load_balancers =
+            (rule.and_then(|r| r.exclude_from_load_balancers)).unwrap_or(true);
     }
     if let Some((_, why)) = chosen {
         let rule = rule.map_or("", |r| &r.name);

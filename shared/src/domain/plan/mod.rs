@@ -1001,20 +1001,26 @@ mod tests {
         );
     }
 
+    /// A rule matching every node replaces the defaults: its actions, and its owned deletes.
     #[test]
-    fn configured_actions_and_owned_deletes() {
+    fn a_rule_for_every_node_replaces_actions_and_owned_deletes() {
         let (instances, nodes) = world(Situation::Karpenter);
         let facts = Facts::new(&instances, &nodes);
         let mut c = config();
-        c.delete_owned_on.clear();
-        c.actions
-            .insert(EventKind::RebalanceRecommendation, Action::CordonDrain);
+        c.policy = crate::domain::policy::Policy::parse(
+            "rules:\n- name: all\n  nodes: {}\n  delete-owned-on: []\n  \
+             actions: {rebalance-recommendation: cordon-drain}\n",
+        )
+        .unwrap();
         let p = decide(&event(EventKind::SpotInterruption), facts, &c);
         assert_eq!(p.actions[0].action, Action::CordonDrain);
         let p = decide(&event(EventKind::RebalanceRecommendation), facts, &c);
         assert_eq!(p.actions[0].action, Action::CordonDrain);
-        c.actions.insert(EventKind::SpotInterruption, Action::None);
-        c.delete_owned_on.insert(EventKind::SpotInterruption);
+        c.policy = crate::domain::policy::Policy::parse(
+            "rules:\n- name: all\n  nodes: {}\n  delete-owned-on: [spot-interruption]\n  \
+             actions: {spot-interruption: none}\n",
+        )
+        .unwrap();
         let p = decide(&event(EventKind::SpotInterruption), facts, &c);
         assert_eq!(
             p.actions[0].action,
@@ -1023,7 +1029,7 @@ mod tests {
         );
     }
 
-    /// A policy rule says per node group what the configuration says for all: owned deletes,
+    /// A policy rule says per node group what the defaults say for all: owned deletes,
     /// surge and the load-balancer exclusion of its nodes' cordons; other nodes keep the
     /// defaults.
     #[test]
@@ -1058,18 +1064,15 @@ mod tests {
         );
         assert!(a.surge, "the rule surges where the configuration does not");
         assert!(!a.exclude_from_load_balancers);
-        assert!(c.exclude_from_load_balancers, "the configuration excludes");
         // A rule matching other nodes changes nothing here.
         c.policy = policy("delete-owned-on: []", "pool: elsewhere");
         let p = decide(&spot, facts, &c);
         assert_eq!(p.actions[0].action, Action::Delete);
-        c.delete_owned_on.clear();
+        // A rule not saying whether to exclude its nodes: they are excluded (the default).
+        c.policy = policy("delete-owned-on: []", "pool: gpu");
         let p = decide(&spot, facts, &c);
         assert_eq!(p.actions[0].action, Action::CordonDrain);
-        assert!(
-            p.actions[0].exclude_from_load_balancers,
-            "the configuration's default"
-        );
+        assert!(p.actions[0].exclude_from_load_balancers, "the default");
     }
 
     #[test]

@@ -15,7 +15,6 @@
 //! asks `adaptive` and the policy's `rebalance.adaptive.otherwise` both: it is refused when
 //! either is not allowed.
 
-use std::collections::BTreeSet;
 use std::fmt;
 
 use super::{Policy, PolicyAction, PolicyError, Rule};
@@ -24,11 +23,9 @@ use super::{Policy, PolicyAction, PolicyError, Rule};
 /// duration).
 pub const ACTION_NAMES: &[&str] = <PolicyAction as strum::VariantNames>::VARIANTS;
 
-/// The actions a policy read from the cluster may ask.
+/// The actions a policy read from the cluster may ask: their names, in [`ACTION_NAMES`]' order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyAllow {
-    names: BTreeSet<&'static str>,
-}
+pub struct PolicyAllow(Vec<&'static str>);
 
 /// An allowance that does not read: what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,56 +38,44 @@ pub struct BadAllow(pub String);
 impl Default for PolicyAllow {
     /// Every action but `delete` and `none`.
     fn default() -> PolicyAllow {
-        PolicyAllow {
-            names: ACTION_NAMES
-                .iter()
-                .copied()
-                .filter(|n| !["delete", "none"].contains(n))
-                .collect(),
-        }
+        PolicyAllow::of(|name| !["delete", "none"].contains(&name))
     }
 }
 
 impl PolicyAllow {
+    /// The action names `keep` keeps.
+    fn of(keep: impl Fn(&str) -> bool) -> PolicyAllow {
+        PolicyAllow(ACTION_NAMES.iter().copied().filter(|n| keep(n)).collect())
+    }
+
     /// A list of action names separated by commas or spaces (`cordon,cordon-drain`,
     /// `cordon cordon-for`), or `all`. A name twice is the name once.
     pub fn parse(text: &str) -> Result<PolicyAllow, BadAllow> {
-        let mut names = BTreeSet::new();
-        for word in text
-            .split(|c: char| c == ',' || c.is_whitespace())
+        let words: Vec<&str> = (text.split(|c: char| c == ',' || c.is_whitespace()))
             .filter(|w| !w.is_empty())
-        {
-            if word == "all" {
-                names.extend(ACTION_NAMES.iter().copied());
-                continue;
-            }
-            let name = ACTION_NAMES
-                .iter()
-                .find(|n| **n == word)
-                .ok_or_else(|| BadAllow(word.to_string()))?;
-            names.insert(*name);
+            .collect();
+        let unknown = words
+            .iter()
+            .find(|w| **w != "all" && !ACTION_NAMES.contains(w));
+        match unknown {
+            Some(word) => Err(BadAllow(word.to_string())),
+            None if words.is_empty() => Err(BadAllow(text.trim().to_string())),
+            None => Ok(PolicyAllow::of(|n| {
+                words.iter().any(|w| [n, "all"].contains(w))
+            })),
         }
-        if names.is_empty() {
-            return Err(BadAllow(text.trim().to_string()));
-        }
-        Ok(PolicyAllow { names })
     }
 
     /// Whether a rule may ask `action`.
     pub fn allows(&self, action: PolicyAction) -> bool {
-        self.names.contains(action.name())
+        self.0.contains(&action.name())
     }
 }
 
 impl fmt::Display for PolicyAllow {
     /// The names, in [`ACTION_NAMES`]' order, comma-separated.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = ACTION_NAMES
-            .iter()
-            .copied()
-            .filter(|n| self.names.contains(n))
-            .collect();
-        f.write_str(&names.join(", "))
+        f.write_str(&self.0.join(", "))
     }
 }
 

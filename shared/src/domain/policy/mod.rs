@@ -124,7 +124,7 @@ pub fn short(d: Duration) -> String {
 }
 
 /// One rule: the nodes it matches, what it says each event kind does there, and how its nodes
-/// are treated besides (each `None`: the default, [`crate::domain::config::Config`]'s).
+/// are treated besides (each `None`: the default, see [`crate::domain::config`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Rule {
