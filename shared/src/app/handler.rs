@@ -67,10 +67,10 @@ pub struct Handler {
     pub clock: Arc<dyn Clock>,
     /// Events handled at once within a batch.
     pub concurrency: usize,
-    /// The first-time events of one cluster an invocation takes on (what its share of the
-    /// cluster's API server cordons in about a second, [`triage::takes`]): a batch's others
-    /// of that cluster go back to the queue in the cluster's message group; `None`: every one
-    /// is taken on.
+    /// The messages of one cluster an invocation takes on (what its share of the cluster's
+    /// API server cordons in about a second, [`triage::takes`]): a batch's others of that
+    /// cluster go back to the queue in the cluster's message group; `None`: every one is
+    /// taken on.
     pub takes_per_cluster: Option<usize>,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
@@ -136,8 +136,8 @@ impl Handler {
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
         let own = self.instances.as_ref();
         // A block's other instances, each a warning of its own on the queue, when there is one
-        // to come back on and the run writes the cluster; a busy cluster's first-time events
-        // back on it (see `triage`), likewise.
+        // to come back on and the run writes the cluster; a busy cluster's messages past what
+        // an invocation takes on, back on it (see `triage`), likewise.
         let queue = (self.passes.queue.as_deref()).filter(|_| self.mode.writes_cluster());
         let expanded = crate::app::blocks::expand(own, queue, records, self.clock.now()).await;
         let (records, known) = (&expanded.records, &expanded.described);
@@ -679,7 +679,7 @@ mod tests {
         }
     }
 
-    /// A batch holding more first-time events of one cluster than an invocation takes on: the
+    /// A batch holding more messages of one cluster than an invocation takes on: the
     /// first are handled, the others sent back as they came, in the cluster's message group,
     /// and acknowledged only once sent (a send that fails fails its message, to come back).
     #[tokio::test]

@@ -22,7 +22,7 @@ pub enum Outcome {
     Ignored,
     /// Applied before: nothing changed.
     Duplicate,
-    /// Not worked on in this invocation: a first-time event of a cluster busy here, sent back
+    /// Not worked on in this invocation: a message of a cluster busy here, sent back
     /// to the queue in the cluster's message group (see `app::fleet::triage`).
     Requeued,
     /// Decided (and pools recorded) but nothing done to the cluster: a dry run.

@@ -1,12 +1,15 @@
 //! Triage by cluster (issue 59): an invocation takes on at most what its share of a cluster's
-//! API server cordons in about a second ([`takes`]) of that cluster's first-time events; the
-//! batch's others of that cluster go back to the queue at once, in the cluster's message group
+//! API server cordons in about a second ([`takes`]) of that cluster's messages (first-time
+//! events and drains' continuations alike: a batch of many passes of one cluster would hold
+//! one execution environment's share for as long); the batch's others of that cluster go back
+//! to the queue at once, in the cluster's message group
 //! (`account/region/name`, see [`crate::domain::inbound::continuation::message_group`]), so that
 //! the fair queue makes the cluster a tenant of its own and no invocation waits on a busy
 //! cluster's API share while another cluster's warnings wait to be read. A message sent back is
-//! the message as it came (nothing it did not carry is added, so it needs no signature): read
-//! again, it is routed and triaged again like any first-time event; the ledger makes a copy
-//! that is also handled in the end (its invocation died after sending it) a duplicate.
+//! the message as it came (nothing it did not carry is added, so it needs no signature of its
+//! own; a continuation keeps its own): read again, it is routed and triaged again like any
+//! other; the ledger makes a copy also handled in the end (its invocation died after sending
+//! it) a duplicate, as it does a continuation's pass run twice.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -22,7 +25,7 @@ const HORIZON_SECONDS: f64 = 1.0;
 /// Requests of one cordon: the node read, then patched.
 const REQUESTS_PER_CORDON: f64 = 2.0;
 
-/// The first-time events of one cluster an invocation takes on, from the execution
+/// The messages of one cluster an invocation takes on, from the execution
 /// environment's client-side limit of each cluster's API server (`(requests/s, burst)`, see
 /// `FOREWARN_KUBE_QPS`): the cordons it starts within [`HORIZON_SECONDS`] (at least one).
 /// Without a limit, every one (`None`).
@@ -33,21 +36,20 @@ pub fn takes(limit: Option<(f64, u32)>) -> Option<usize> {
 }
 
 /// `share`, one cluster's, split into what the invocation works on and what goes back to the
-/// queue: its first-time events (not a drain's continuation, not a kept copy, each a whole
-/// message of the batch: not a part of an event split between clusters, at a position in
-/// `split`) past the first `takes`, in batch order.
+/// queue: its messages (not a kept copy, which is no message; each a whole message of the
+/// batch: not a part of an event split between clusters, at a position in `split`) past the
+/// first `takes`, in batch order.
 pub fn triage(share: Share, takes: usize, split: &BTreeSet<usize>) -> (Share, Share) {
     let (mut now, mut later) = (Share::default(), Share::default());
     let mut taken = 0;
     for (record, position) in share.records.into_iter().zip(share.positions) {
-        let first_time = record.event.is_ok()
-            && record.continuation.is_none()
+        let movable = record.event.is_ok()
             && !record.kept
             && record.body.is_some()
             && record.queue_arn.is_some()
             && !split.contains(&position);
-        taken += usize::from(first_time);
-        let to = if first_time && taken > takes {
+        taken += usize::from(movable);
+        let to = if movable && taken > takes {
             &mut later
         } else {
             &mut now
@@ -86,8 +88,8 @@ pub async fn requeue(
             Ok(()) => report.ended(
                 Outcome::Requeued,
                 format!(
-                    "cluster {named} is busy: more of its first-time events in this batch than \
-                     an invocation takes on ({takes}); sent back to the queue in the cluster's \
+                    "cluster {named} is busy: more of its messages in this batch than an \
+                     invocation takes on ({takes}); sent back to the queue in the cluster's \
                      message group {group}, to be handled there in its turn"
                 ),
             ),
@@ -147,17 +149,22 @@ mod tests {
         assert_eq!(later.positions, [13, 14]);
         assert_eq!(later.records[0].body.as_deref(), Some(bodies[3].as_str()));
         // A part of an event split between clusters is never sent back (its message is the
-        // whole event), nor is what is not a first-time event: an undecodable one here.
+        // whole event), nor is what no event came of: an undecodable message here.
         let mut bodies = bodies;
         bodies[1] = "not JSON".into();
         let (now, later) = triage(share(&bodies), 2, &BTreeSet::from([12]));
         assert_eq!(now.positions, [10, 11, 12, 13]);
         assert_eq!(later.positions, [14]);
-        // A kept copy, or a record without the queue it came from, is never sent back.
-        let mut s = share(&bodies[..3]);
+        // A kept copy, or a record without the queue it came from, is never sent back; a
+        // drain's continuation is, as any message.
+        let mut s = share(&bodies[..4]);
         s.records[0].kept = true;
         s.records[2].queue_arn = None;
+        s.records[3].continuation = Some(Default::default());
         let (now, later) = triage(s, 0, &BTreeSet::new());
-        assert_eq!((now.positions.len(), later.positions.len()), (3, 0));
+        assert_eq!(
+            (now.positions, later.positions),
+            (vec![10, 11, 12], vec![13])
+        );
     }
 }
