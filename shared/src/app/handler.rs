@@ -145,7 +145,7 @@ impl Handler {
         let described = &described;
         // A position in several shares: a record split between clusters (never sent back).
         let mut seen = BTreeSet::new();
-        let split: BTreeSet<usize> = (shares.values().flat_map(|s| &s.positions))
+        let parted: BTreeSet<usize> = (shares.values().flat_map(|s| &s.positions))
             .filter(|p| !seen.insert(**p))
             .copied()
             .collect();
@@ -153,7 +153,7 @@ impl Handler {
             let cluster = matches!(to, Destination::Cluster(_));
             let takes = self.takes_per_cluster.zip(queue).filter(|_| cluster);
             let (share, later) = match takes {
-                Some((takes, _)) => triage::triage(share, takes, &split),
+                Some((takes, _)) => triage::triage(share, takes, &parted),
                 None => (share, Share::default()),
             };
             let share = self.run_share(to.clone(), share, described, work);

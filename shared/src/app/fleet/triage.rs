@@ -37,9 +37,9 @@ pub fn takes(limit: Option<(f64, u32)>) -> Option<usize> {
 
 /// `share`, one cluster's, split into what the invocation works on and what goes back to the
 /// queue: its messages (not a kept copy, which is no message; each a whole message of the
-/// batch: not a part of an event split between clusters, at a position in `split`) past the
+/// batch: not a part of an event split between clusters, at a position in `parted`) past the
 /// first `takes`, in batch order.
-pub fn triage(share: Share, takes: usize, split: &BTreeSet<usize>) -> (Share, Share) {
+pub fn triage(share: Share, takes: usize, parted: &BTreeSet<usize>) -> (Share, Share) {
     let (mut now, mut later) = (Share::default(), Share::default());
     let mut taken = 0;
     for (record, position) in share.records.into_iter().zip(share.positions) {
@@ -47,7 +47,7 @@ pub fn triage(share: Share, takes: usize, split: &BTreeSet<usize>) -> (Share, Sh
             && !record.kept
             && record.body.is_some()
             && record.queue_arn.is_some()
-            && !split.contains(&position);
+            && !parted.contains(&position);
         taken += usize::from(movable);
         let to = if movable && taken > takes {
             &mut later
