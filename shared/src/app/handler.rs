@@ -69,8 +69,8 @@ pub struct Handler {
     pub concurrency: usize,
     /// The messages of one cluster an invocation takes on (what its share of the cluster's
     /// API server cordons in about a second, [`triage::takes`]): a batch's others of that
-    /// cluster go back to the queue in the cluster's message group; `None`: every one is
-    /// taken on.
+    /// cluster go back to the queue in the cluster's message group, as do a busy cluster's new
+    /// warnings (see [`triage`]); `None`: nothing is triaged, every one is taken on.
     pub takes_per_cluster: Option<usize>,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
@@ -150,21 +150,37 @@ impl Handler {
             .copied()
             .collect();
         let runs = shares.into_iter().map(|(to, share)| {
-            let cluster = matches!(to, Destination::Cluster(_));
-            let takes = self.takes_per_cluster.zip(queue).filter(|_| cluster);
+            // A cluster's share is triaged (what it does not take on sent back, see `triage`),
+            // and a burst of its new warnings makes it busy here for a while.
+            let cluster = match &to {
+                Destination::Cluster(id) => id.as_ref().map(ToString::to_string),
+                _ => None,
+            };
+            let takes = self.takes_per_cluster.zip(queue);
+            let takes = takes.filter(|_| matches!(to, Destination::Cluster(_)));
+            let busy = cluster
+                .as_deref()
+                .is_some_and(|c| self.fleet.busy(c, self.clock.now()));
+            let burst = takes.is_some() && triage::burst(&share);
             let (share, later) = match takes {
-                Some((takes, _)) => triage::triage(share, takes, &parted),
+                Some((takes, _)) => triage::triage(share, takes, busy, &parted),
                 None => (share, Share::default()),
             };
             let share = self.run_share(to.clone(), share, described, work);
             async move {
                 let sent_back = async {
                     match takes {
-                        Some((takes, queue)) => triage::requeue(queue, &to, later, takes).await,
+                        Some((takes, queue)) => {
+                            triage::requeue(queue, &to, later, (busy, takes)).await
+                        }
                         None => (later, Vec::new()),
                     }
                 };
-                futures::join!(share, sent_back)
+                let ran = futures::join!(share, sent_back);
+                if let Some(cluster) = cluster.filter(|_| burst) {
+                    self.fleet.burst(&cluster, self.clock.now());
+                }
+                ran
             }
         });
         let runs = futures::future::join_all(runs).await;
@@ -722,11 +738,13 @@ mod tests {
             assert_eq!(inv.response, json!({"batchItemFailures": []}));
             let sent = queue.0.lock().unwrap().clone();
             let group = "forewarn".to_string();
+            // Each a warning marked triaged, the original inside (see `triaged_body`).
+            let triaged = |n| crate::domain::inbound::sqs::triaged_body(&warning(n), "served");
             assert_eq!(
                 sent,
                 [
-                    (ARN.into(), group.clone(), warning(3)),
-                    (ARN.into(), group, warning(4))
+                    (ARN.into(), group.clone(), triaged(3)),
+                    (ARN.into(), group, triaged(4))
                 ]
             );
         }

@@ -370,3 +370,80 @@ async fn the_sweeper_visits_each_cluster() {
         "{answer}"
     );
 }
+
+/// A batch of SQS messages from the queue with these bodies, as Lambda hands them over.
+fn from_queue(bodies: &[String]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = (bodies.iter().enumerate())
+        .map(|(i, body)| {
+            serde_json::json!({"messageId": format!("m{i}"), "body": body,
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:forewarn"})
+        })
+        .collect();
+    serde_json::json!({ "Records": records })
+}
+
+/// Triage of a busy cluster (issue 59): after a burst of blue's new warnings (more than one in
+/// a batch), blue's new warnings go back to the queue at once, marked triaged, in blue's
+/// message group, while green's of the same batch are worked on; read again, they are worked
+/// on, blue still busy; once blue's burst is [`HOLD`] past, its new warnings are worked on again.
+#[tokio::test]
+async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_when_read_again() {
+    use forewarn::app::fleet::triage::HOLD;
+    let two = Two::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(crate::support::Continuations::default());
+    let mut handler = handler(&two, dir.path());
+    handler.passes.queue = Some(queue.clone());
+    handler.takes_per_cluster = Some(11);
+    let warning = |id: &str, instance: &str| rebalance(id, instance, &two.clock).to_string();
+    let outcomes = |inv: &forewarn::app::handler::Invocation| -> Vec<Outcome> {
+        assert_eq!(inv.response["batchItemFailures"], serde_json::json!([]));
+        inv.reports.iter().map(|r| r.outcome).collect()
+    };
+    let burst = [warning("b1", BLUE_ID), warning("b2", BLUE_ID)];
+    let inv = handler.invoke(from_queue(&burst), None).await.unwrap();
+    assert!(!outcomes(&inv).contains(&Outcome::Requeued), "{inv:#?}");
+    assert!(queue.sent.lock().unwrap().is_empty());
+
+    let (b3, b4) = (warning("b3", BLUE_ID), warning("b4", BLUE_ID));
+    let mixed = [b3.clone(), warning("g1", GREEN_ID), b4.clone()];
+    let inv = handler.invoke(from_queue(&mixed), None).await.unwrap();
+    let outcomes_then = outcomes(&inv);
+    assert_eq!(outcomes_then[0], Outcome::Requeued, "{inv:#?}");
+    assert_eq!(outcomes_then[2], Outcome::Requeued);
+    assert_eq!(outcomes_then[1], Outcome::Acted, "green is not busy");
+    assert!(unschedulable(&two.green));
+    let why = inv.reports[0].reason.as_deref().unwrap_or_default();
+    assert!(why.contains("a burst of its new warnings"), "{why}");
+    let sent: Vec<String> = queue
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.1.clone())
+        .collect();
+    let blue = ClusterId::parse("blue").unwrap().to_string();
+    let triaged = |b: &str| forewarn::domain::inbound::sqs::triaged_body(b, &blue);
+    assert_eq!(sent, [triaged(&b3), triaged(&b4)]);
+    assert_eq!(*queue.groups.lock().unwrap(), [blue.clone(), blue.clone()]);
+
+    // Read again (blue still busy), they are worked on; a new one of blue still goes back.
+    let again = [sent[0].clone(), sent[1].clone(), warning("b5", BLUE_ID)];
+    let inv = handler.invoke(from_queue(&again), None).await.unwrap();
+    let outcomes_again = outcomes(&inv);
+    assert!(
+        !outcomes_again[..2].contains(&Outcome::Requeued),
+        "{inv:#?}"
+    );
+    assert!(
+        inv.reports[..2]
+            .iter()
+            .all(|r| r.cluster.as_deref() == Some(&*blue))
+    );
+    assert_eq!(outcomes_again[2], Outcome::Requeued);
+
+    two.clock.advance(HOLD);
+    let quiet = [warning("b6", BLUE_ID), warning("b7", BLUE_ID)];
+    let inv = handler.invoke(from_queue(&quiet), None).await.unwrap();
+    assert!(!outcomes(&inv).contains(&Outcome::Requeued), "{inv:#?}");
+}

@@ -125,6 +125,8 @@ pub struct Fleet {
     /// The clusters whose last share failed whole: since when, and whether a share is trying
     /// it again now.
     troubled: std::sync::Mutex<BTreeMap<String, (DateTime<Utc>, bool)>>,
+    /// The clusters busy in this execution environment, until when (see [`Fleet::busy`]).
+    busy: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
 }
 
 /// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
@@ -201,6 +203,7 @@ impl Fleet {
             connected: Default::default(),
             listed: Default::default(),
             troubled: Default::default(),
+            busy: Default::default(),
         }
     }
 
@@ -296,6 +299,22 @@ impl Fleet {
         None
     }
 
+    /// Whether cluster `name` is busy in this execution environment `now`: a burst of its new
+    /// warnings ended here less than [`triage::HOLD`] ago ([`Fleet::burst`]), so that its new
+    /// warnings go back to the queue (see [`triage`]). Never in a deployment of one cluster,
+    /// where no other cluster's warnings wait behind them.
+    pub fn busy(&self, name: &str, now: DateTime<Utc>) -> bool {
+        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        !matches!(self.served, Served::One(_)) && busy.get(name).is_some_and(|until| now < *until)
+    }
+
+    /// A burst of cluster `name`'s new warnings ended `now` (see [`Fleet::busy`]).
+    pub fn burst(&self, name: &str, now: DateTime<Utc>) {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        busy.retain(|_, until| now < *until);
+        busy.insert(name.to_string(), now + crate::ports::span(triage::HOLD));
+    }
+
     /// How a share of cluster `name` went: `failed_whole` (every record failed, and may pass)
     /// puts the cluster in trouble as of `now`; anything done clears it.
     pub fn record_outcome(&self, name: &str, failed_whole: bool, now: DateTime<Utc>) {
@@ -371,6 +390,23 @@ mod tests {
 
     fn id(s: &str) -> ClusterId {
         ClusterId::parse(s).unwrap()
+    }
+
+    /// A burst makes a cluster busy for [`triage::HOLD`] after it ended, that cluster only;
+    /// never in a deployment of one cluster.
+    #[test]
+    fn a_burst_makes_its_cluster_busy_for_a_while() {
+        let now = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
+        let connects = Arc::new(Connects(AtomicUsize::new(0)));
+        let fleet = Fleet::many(None, vec![id("a"), id("b")], connects);
+        fleet.burst("a", now);
+        let hold = crate::ports::span(triage::HOLD);
+        let ms = chrono::Duration::milliseconds(1);
+        assert!(fleet.busy("a", now) && fleet.busy("a", now + hold - ms));
+        assert!(!fleet.busy("a", now + hold) && !fleet.busy("b", now));
+        let one = Fleet::one(Cluster::none());
+        one.burst("a", now);
+        assert!(!one.busy("a", now));
     }
 
     #[tokio::test]

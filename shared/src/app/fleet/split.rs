@@ -26,7 +26,7 @@ use crate::domain::report::{Outcome, Report};
 
 /// The records of one destination, each with the position in the batch of the record it is
 /// (a part of).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Share {
     pub records: Vec<Record>,
     pub positions: Vec<usize>,

@@ -1,21 +1,30 @@
-//! Triage by cluster (issue 59): an invocation takes on at most what its share of a cluster's
-//! API server cordons in about a second ([`takes`]) of that cluster's messages (first-time
-//! events and drains' continuations alike: a batch of many passes of one cluster would hold
-//! one execution environment's share for as long); the batch's others of that cluster go back
-//! to the queue at once, in the cluster's message group
-//! (`account/region/name`, see [`crate::domain::inbound::continuation::message_group`]), so that
-//! the fair queue makes the cluster a tenant of its own and no invocation waits on a busy
-//! cluster's API share while another cluster's warnings wait to be read. A message sent back is
-//! the message as it came (nothing it did not carry is added, so it needs no signature of its
-//! own; a continuation keeps its own): read again, it is routed and triaged again like any
-//! other; the ledger makes a copy also handled in the end (its invocation died after sending
-//! it) a duplicate, as it does a continuation's pass run twice.
+//! Triage by cluster (issue 59): a busy cluster's messages do not hold an invocation while
+//! another cluster's warnings wait to be read. What goes back to the queue goes at once, in the
+//! cluster's message group (`account/region/name`, see
+//! [`crate::domain::inbound::continuation::message_group`]), so that the fair queue makes the
+//! cluster a tenant of its own, its messages worked on there in its turn:
+//!
+//! - a cluster's **new warnings while it is busy**: a burst of them (more than one in a batch)
+//!   was in this execution environment less than [`HOLD`] ago (see `Fleet::busy`). Each goes
+//!   back marked as triaged ([`crate::domain::inbound::sqs::TRIAGED_KEY`]): read again, it is
+//!   worked on, never sent back for this again. So a burst is read at the speed of sending it
+//!   back, while the warnings already triaged keep every environment's share of the cluster's
+//!   API server at work.
+//! - past **what an invocation takes on** of one cluster ([`takes`]: what its share of the
+//!   cluster's API server cordons in about a second), any message of it: a batch larger than
+//!   that would hold one environment's share for longer.
+//!
+//! A drain's continuation goes back as it came (it keeps its signature), a warning with its
+//! original body inside. The ledger makes an event also handled in the end (its invocation died
+//! after sending it back) a duplicate, as it does a continuation's pass run twice.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::split::{Destination, Share};
+use crate::domain::inbound::Record;
 use crate::domain::inbound::continuation::{Tenant, message_group};
+use crate::domain::inbound::sqs::triaged_body;
 use crate::domain::report::{Outcome, Report};
 use crate::ports::ContinuationQueue;
 
@@ -24,6 +33,9 @@ use crate::ports::ContinuationQueue;
 const HORIZON_SECONDS: f64 = 1.0;
 /// Requests of one cordon: the node read, then patched.
 const REQUESTS_PER_CORDON: f64 = 2.0;
+/// How long a cluster stays busy in an execution environment after a burst of its new warnings
+/// there ended (its share of the batch worked on, or sent back).
+pub const HOLD: Duration = Duration::from_secs(1);
 
 /// The messages of one cluster an invocation takes on, from the execution
 /// environment's client-side limit of each cluster's API server (`(requests/s, burst)`, see
@@ -35,11 +47,23 @@ pub fn takes(limit: Option<(f64, u32)>) -> Option<usize> {
     Some(((requests / REQUESTS_PER_CORDON).floor() as usize).max(1))
 }
 
+/// A new warning: a first-time event (not a drain's continuation, not one triaged already).
+fn new_warning(record: &Record) -> bool {
+    record.event.is_ok() && record.continuation.is_none() && !record.triaged && !record.kept
+}
+
+/// Whether `share`, one cluster's, is a burst of its new warnings: more than one (the cluster
+/// is then busy in this execution environment for a while, see `Fleet::busy`).
+pub fn burst(share: &Share) -> bool {
+    share.records.iter().filter(|r| new_warning(r)).count() > 1
+}
+
 /// `share`, one cluster's, split into what the invocation works on and what goes back to the
-/// queue: its messages (not a kept copy, which is no message; each a whole message of the
-/// batch: not a part of an event split between clusters, at a position in `parted`) past the
-/// first `takes`, in batch order.
-pub fn triage(share: Share, takes: usize, parted: &BTreeSet<usize>) -> (Share, Share) {
+/// queue, in batch order: while the cluster is `busy`, its new warnings; of the rest, its
+/// messages past the first `takes`. Only whole messages of the batch go back: not a kept copy
+/// (no message), not a part of an event split between clusters (at a position in `parted`), not
+/// what is not from a queue or decoded to no event.
+pub fn triage(share: Share, takes: usize, busy: bool, parted: &BTreeSet<usize>) -> (Share, Share) {
     let (mut now, mut later) = (Share::default(), Share::default());
     let mut taken = 0;
     for (record, position) in share.records.into_iter().zip(share.positions) {
@@ -48,12 +72,14 @@ pub fn triage(share: Share, takes: usize, parted: &BTreeSet<usize>) -> (Share, S
             && record.body.is_some()
             && record.queue_arn.is_some()
             && !parted.contains(&position);
-        taken += usize::from(movable);
-        let to = if movable && taken > takes {
-            &mut later
-        } else {
-            &mut now
-        };
+        let back = movable
+            && if busy && new_warning(&record) {
+                true
+            } else {
+                taken += 1;
+                taken > takes
+            };
+        let to = if back { &mut later } else { &mut now };
         to.records.push(record);
         to.positions.push(position);
     }
@@ -61,14 +87,15 @@ pub fn triage(share: Share, takes: usize, parted: &BTreeSet<usize>) -> (Share, S
 }
 
 /// Sends each record of `later` (what [`triage`] left for later of a cluster's share, bound
-/// `to`) back to the queue it came from as it came, in the cluster's message group, at once
-/// (ten at a time): reported requeued once sent (its message is then deleted), failed
-/// (retryable: the message comes back) when not. `takes`: what the invocation took on.
+/// `to`) back to the queue it came from, in the cluster's message group, at once (ten at a
+/// time): a continuation as it came, a warning as triaged. Each is reported requeued once sent
+/// (its message is then deleted), failed (retryable: the message comes back) when not. `busy`
+/// and `takes`: why (see [`triage`]).
 pub async fn requeue(
     queue: &dyn ContinuationQueue,
     to: &Destination,
     later: Share,
-    takes: usize,
+    (busy, takes): (bool, usize),
 ) -> (Share, Vec<Report>) {
     let cluster = match to {
         Destination::Cluster(Some(id)) => Some(id.to_string()),
@@ -84,18 +111,26 @@ pub async fn requeue(
         let (Some(arn), Some(body)) = (&record.queue_arn, &record.body) else {
             return report.failed("internal: a record sent back without its message".into());
         };
-        match queue.send(arn, group, body, Duration::ZERO).await {
+        let why = if busy && new_warning(record) {
+            format!("a burst of its new warnings was here less than {HOLD:?} ago")
+        } else {
+            format!("more of its messages in this batch than an invocation takes on ({takes})")
+        };
+        let sent = match record.continuation {
+            Some(_) => body.clone(),
+            None => triaged_body(body, named),
+        };
+        match queue.send(arn, group, &sent, Duration::ZERO).await {
             Ok(()) => report.ended(
                 Outcome::Requeued,
                 format!(
-                    "cluster {named} is busy: more of its messages in this batch than an \
-                     invocation takes on ({takes}); sent back to the queue in the cluster's \
-                     message group {group}, to be handled there in its turn"
+                    "cluster {named} is busy ({why}): sent back to the queue in the cluster's \
+                     message group {group}, to be worked on there in its turn"
                 ),
             ),
             Err(e) => report.failed(format!(
-                "cluster {named} is busy, and the event could not be sent back to the queue in \
-                 its message group {group}: {e}; the message comes back"
+                "cluster {named} is busy ({why}), and the event could not be sent back to the \
+                 queue in its message group {group}: {e}; the message comes back"
             )),
         }
     });
@@ -144,7 +179,7 @@ mod tests {
     #[test]
     fn first_time_events_past_what_is_taken_go_back_in_batch_order() {
         let bodies: Vec<String> = (0..5).map(spot).collect();
-        let (now, later) = triage(share(&bodies), 3, &BTreeSet::new());
+        let (now, later) = triage(share(&bodies), 3, false, &BTreeSet::new());
         assert_eq!(now.positions, [10, 11, 12]);
         assert_eq!(later.positions, [13, 14]);
         assert_eq!(later.records[0].body.as_deref(), Some(bodies[3].as_str()));
@@ -152,7 +187,7 @@ mod tests {
         // whole event), nor is what no event came of: an undecodable message here.
         let mut bodies = bodies;
         bodies[1] = "not JSON".into();
-        let (now, later) = triage(share(&bodies), 2, &BTreeSet::from([12]));
+        let (now, later) = triage(share(&bodies), 2, false, &BTreeSet::from([12]));
         assert_eq!(now.positions, [10, 11, 12, 13]);
         assert_eq!(later.positions, [14]);
         // A kept copy, or a record without the queue it came from, is never sent back; a
@@ -161,10 +196,41 @@ mod tests {
         s.records[0].kept = true;
         s.records[2].queue_arn = None;
         s.records[3].continuation = Some(Default::default());
-        let (now, later) = triage(s, 0, &BTreeSet::new());
+        let (now, later) = triage(s, 0, false, &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![10, 11, 12], vec![13])
         );
+    }
+
+    /// While its cluster is busy, a share's new warnings go back, whatever it takes on; its
+    /// continuations and what was triaged already are worked on (up to what it takes on).
+    #[test]
+    fn a_busy_clusters_new_warnings_go_back_and_what_was_triaged_is_worked_on() {
+        let bodies: Vec<String> = (0..5).map(spot).collect();
+        let mut s = share(&bodies);
+        s.records[1].continuation = Some(Default::default());
+        s.records[3].triaged = true;
+        assert!(burst(&s), "three new warnings");
+        let (now, later) = triage(s.clone(), 11, true, &BTreeSet::new());
+        assert_eq!(
+            (now.positions, later.positions),
+            (vec![11, 13], vec![10, 12, 14])
+        );
+        let (now, later) = triage(s.clone(), 1, true, &BTreeSet::new());
+        assert_eq!(
+            (now.positions, later.positions),
+            (vec![11], vec![10, 12, 13, 14])
+        );
+        let (now, later) = triage(s.clone(), 11, false, &BTreeSet::new());
+        assert_eq!(
+            (now.positions.len(), later.positions.len()),
+            (5, 0),
+            "not busy"
+        );
+        // One new warning is no burst; nor is what was triaged already, or continuations.
+        s.records[0].continuation = Some(Default::default());
+        s.records[4].triaged = true;
+        assert!(!burst(&s));
     }
 }

@@ -20,6 +20,9 @@ pub struct Record {
     /// `crate::app::pipeline::kept`): its pass evicts what is left, and records no Event, queues
     /// nothing and keeps nothing (its queued twin does).
     pub kept: bool,
+    /// Sent back to the queue by triage, as its cluster was busy (see
+    /// `crate::app::fleet::triage`): worked on when read, never sent back for that again.
+    pub triaged: bool,
 }
 
 impl Record {
@@ -32,6 +35,7 @@ impl Record {
             body: None,
             queue_arn: None,
             kept: false,
+            triaged: false,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! SQS messages: the fields forewarn reads of one ([`SqsMessage`]), and the record each becomes —
 //! the event of its body (an EventBridge event, or a lifecycle hook's own notification), or the
-//! original body and progress of a drain's continuation.
+//! original body and progress of a drain's continuation; a message that triage sent back
+//! ([`TRIAGED_KEY`]) is read as the original it carries.
 //!
 //! A message comes as Lambda hands it over (the `Records` of its SQS event, read by
 //! `app::handler::Handler::invoke`) or as JSON in a file (`{"Records": [...]}`, read by
@@ -34,6 +35,31 @@ pub struct SqsMessage {
     /// The queue's ARN.
     #[serde(default, rename = "eventSourceARN")]
     pub event_source_arn: Option<String>,
+}
+
+/// The key of a message that triage sent back to the queue as its cluster was busy (see
+/// `crate::app::fleet::triage`): `{"forewarnTriaged": {"cluster": …, "body": …}}`, the message's
+/// original body inside, its cluster's name for whoever reads the queue. Read, it is the
+/// original's record, marked [`Record::triaged`]. It is not signed: it changes only when its
+/// event is worked on (at once, not sent back again for its cluster being busy), never what is
+/// done with it, which is verified live as for any event; whoever could forge it could send
+/// the original as well.
+pub const TRIAGED_KEY: &str = "forewarnTriaged";
+
+#[derive(serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Triaged {
+    cluster: String,
+    body: String,
+}
+
+/// The body of a message sent back by triage: `body` (the original's) of `cluster`.
+pub fn triaged_body(body: &str, cluster: &str) -> String {
+    let triaged = Triaged {
+        cluster: cluster.into(),
+        body: body.into(),
+    };
+    serde_json::json!({ TRIAGED_KEY: triaged }).to_string()
 }
 
 fn null_is_empty<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
@@ -92,9 +118,22 @@ pub(super) fn decode_json_message(
 /// Decodes one SQS message of a batch: its body (the EventBridge event JSON as a string, or an
 /// Auto Scaling notification), or the original body a continuation message carries, with the
 /// continuation's progress. An event whose `time` is empty is dated when the message was sent;
-/// times are checked against when it was received (`received`).
+/// times are checked against when it was received (`received`). A message triage sent back is
+/// the original it carries (once: one carried inside is not unwrapped again).
 fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
-    let (event, continuation) = match body_json(&origin, msg.body.as_deref()) {
+    let mut body = msg.body.clone();
+    let mut json = body_json(&origin, body.as_deref());
+    let wrapped =
+        (json.as_mut().ok().and_then(Value::as_object_mut)).and_then(|m| m.remove(TRIAGED_KEY));
+    let triaged = wrapped.is_some();
+    if let Some(v) = wrapped {
+        let field = format!("body.{TRIAGED_KEY}");
+        let original = serde_json::from_value::<Triaged>(v)
+            .map_err(|e| DecodeError::new(&origin, Some(&field), e.to_string()));
+        body = original.as_ref().ok().map(|t| t.body.clone());
+        json = original.and_then(|t| body_json(&origin, Some(&t.body)));
+    }
+    let (event, continuation) = match json {
         Err(error) => (Err(error), None),
         Ok(value) => match continuation::unwrap(&origin, &value, received) {
             Ok(None) => {
@@ -112,8 +151,9 @@ fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> 
     };
     Record {
         continuation,
-        body: msg.body.clone(),
+        body,
         queue_arn: msg.event_source_arn.clone(),
+        triaged,
         ..Record::new(origin, event)
     }
 }

@@ -168,6 +168,39 @@ fn sqs_batch_keeps_going_past_a_bad_record() {
     assert_eq!(err.field.as_deref(), Some("body"));
 }
 
+/// A message triage sent back is read as the original it carries, marked triaged, its body the
+/// original's (what a continuation of it carries); a bad one names what was wrong; one carried
+/// inside another is not unwrapped again.
+#[test]
+fn a_triaged_message_is_the_original_it_carries() {
+    let good = spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string();
+    let triaged = sqs::triaged_body(&good, "123456789012/us-east-1/prod");
+    let twice = sqs::triaged_body(&triaged, "123456789012/us-east-1/prod");
+    assert_eq!(
+        serde_json::from_str::<Value>(&triaged).unwrap(),
+        json!({"forewarnTriaged": {"cluster": "123456789012/us-east-1/prod", "body": good}})
+    );
+    let v = json!({"Records": [
+        {"messageId": "m1", "body": triaged},
+        {"messageId": "m2", "body": good},
+        {"messageId": "m3", "body": json!({"forewarnTriaged": {"body": 3}}).to_string()},
+        {"messageId": "m4", "body": twice},
+        {"messageId": "m5", "body": "[1, 2]"},
+    ]});
+    let records = decode_value("batch.json", v, received()).unwrap();
+    let (read, plain) = (&records[0], &records[1]);
+    assert!(read.triaged && !plain.triaged);
+    assert_eq!(read.body.as_deref(), Some(good.as_str()));
+    assert_eq!(read.event.as_ref().unwrap(), plain.event.as_ref().unwrap());
+    let err = records[2].event.as_ref().unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("body.forewarnTriaged"), "{err}");
+    assert!(err.to_string().contains("invalid type"), "{err}");
+    // Not unwrapped twice: what it carries is no event forewarn knows.
+    let inner = records[3].event.as_ref().unwrap();
+    assert!(records[3].triaged && inner.kind == EventKind::Unsupported);
+    assert!(!records[4].triaged && records[4].event.is_err());
+}
+
 #[test]
 fn array_envelope() {
     let v = json!([spot("a", json!("i-0a1b2c3d4e5f60001")), 7]);
