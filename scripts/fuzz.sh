@@ -8,8 +8,8 @@
 # cargo fuzz needs nightly -Z flags: the stable toolchain accepts them with RUSTC_BOOTSTRAP=1.
 # The sanitizer is FOREWARN_FUZZ_SANITIZER (default `none`: the parser is safe Rust, and a clean
 # build is much faster; `address` works too).
-# Seeds are events/*.json, events/malformed/* and fuzz/seeds/* (drain continuations, extreme
-# times), copied into the (git-ignored) corpus directory.
+# Seeds are events/*.json, events/malformed/* and fuzz/seeds/* (drain continuations, messages
+# sent back by triage, extreme times), copied into the (git-ignored) corpus directory.
 # A crash, panic or failed invariant fails the run and its input is left in fuzz/artifacts/.
 # FOREWARN_FUZZ_STEP=build only builds the target (cargo-fuzz installed first if missing);
 # FOREWARN_FUZZ_STEP=run only runs it (scripts/test.sh builds in one stage, then runs the fuzzer

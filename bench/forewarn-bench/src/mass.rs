@@ -58,6 +58,10 @@ pub struct Settings {
     /// batch (its MaximumBatchingWindowInSeconds).
     #[arg(long, default_value_t = 0)]
     pub batching_window_seconds: u64,
+    /// Triage by cluster, as deployed; `false`: an invocation takes on every message it reads,
+    /// as before issue 59 (to compare).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub triage: bool,
     /// Invocations in flight at once (the event source mapping's MaximumConcurrency).
     #[arg(long, default_value_t = STACK_CONCURRENCY)]
     pub invocations: usize,
@@ -98,6 +102,11 @@ pub struct Settings {
     /// Elastic Load Balancing's latency per call, in milliseconds.
     #[arg(long, default_value_t = 30)]
     pub elb_latency_ms: u64,
+    /// EC2's latency per `DescribeInstances` call (of up to 200 instances, one after another
+    /// as the handler's adapter sends them), in milliseconds; 0: the runs of several clusters
+    /// and accounts look instances up at once.
+    #[arg(long, default_value_t = 0)]
+    pub ec2_latency_ms: u64,
 }
 
 /// The mass benchmark's command line: its settings, and where to draw its figure.
@@ -122,6 +131,13 @@ pub enum ClientLimit {
 }
 
 impl Settings {
+    /// What an invocation takes on of one cluster, as the wiring gives it
+    /// ([`forewarn::app::fleet::triage::takes`] of its environment's limit); none without
+    /// triage.
+    pub(crate) fn takes_per_cluster(&self) -> Option<usize> {
+        forewarn::app::fleet::triage::takes(self.environment_limit()).filter(|_| self.triage)
+    }
+
     /// The settings of `forewarn-bench mass` with no option given.
     pub(crate) fn defaults() -> Settings {
         #[derive(clap::Parser)]
@@ -350,6 +366,12 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
         if value != deployed {
             out.push(format!("`{name}`={value} (deployed: {deployed})"));
         }
+    }
+    if s.ec2_latency_ms > 0 {
+        out.push(format!("EC2 `DescribeInstances` {} ms a call (modelled: none)", s.ec2_latency_ms));
+    }
+    if !s.triage {
+        out.push("triage by cluster off (deployed: on)".into());
     }
     if s.invocations != STACK_CONCURRENCY {
         out.push(format!(
@@ -1014,7 +1036,7 @@ pub(crate) async fn fleet_run(
     // The account's load balancers (one cluster's runs only).
     let elb =
         (s.target_groups > 0 && members.len() == 1).then(|| Arc::new(elb_account(s, &instances)));
-    let instances = Accounts::of(members, instances);
+    let instances = Accounts::of(members, instances, Duration::from_millis(s.ec2_latency_ms));
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
     let environment = || {
@@ -1057,7 +1079,7 @@ pub(crate) async fn fleet_run(
             instances: instances.clone(),
             fleet,
             concurrency: s.batch,
-            takes_per_cluster: forewarn::app::fleet::triage::takes(s.environment_limit()),
+            takes_per_cluster: s.takes_per_cluster(),
             safety_margin: SAFETY_MARGIN,
             traffic: elb.as_ref().map(|account| Traffic {
                 balancers: Arc::new(crate::elb::Environment::new(account.clone())),
@@ -1161,6 +1183,8 @@ fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
 struct Accounts {
     known: SnapshotInstances,
     denied: BTreeSet<String>,
+    /// Each `DescribeInstances` call's latency.
+    latency: Duration,
 }
 
 impl Accounts {
@@ -1168,6 +1192,7 @@ impl Accounts {
     fn of(
         members: &[Member],
         instances: BTreeMap<String, InstanceFacts>,
+        latency: Duration,
     ) -> Arc<dyn forewarn::ports::InstanceDirectory> {
         let denied = members
             .iter()
@@ -1177,6 +1202,7 @@ impl Accounts {
         Arc::new(Accounts {
             known: SnapshotInstances(instances),
             denied,
+            latency,
         })
     }
 }
@@ -1188,6 +1214,8 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         place: &forewarn::ports::Place,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
+        let calls = ids.len().div_ceil(200).max(1) as u32;
+        tokio::time::sleep(self.latency * calls).await;
         match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
             Some(account) => Err(forewarn::ports::PortError::new(
                 "ec2",

@@ -171,7 +171,8 @@ impl Handler {
                 let sent_back = async {
                     match takes {
                         Some((takes, queue)) => {
-                            triage::requeue(queue, &to, later, (busy, takes)).await
+                            let to = (&to, self.passes.tenant);
+                            triage::requeue(queue, to, later, (busy, takes)).await
                         }
                         None => (later, Vec::new()),
                     }

@@ -1,8 +1,9 @@
 //! Triage by cluster (issue 59): a busy cluster's messages do not hold an invocation while
 //! another cluster's warnings wait to be read. What goes back to the queue goes at once, in the
-//! cluster's message group (`account/region/name`, see
-//! [`crate::domain::inbound::continuation::message_group`]), so that the fair queue makes the
-//! cluster a tenant of its own, its messages worked on there in its turn:
+//! message group of the cluster's continuations (the cluster's `account/region/name`, or in an
+//! organization its account's; see [`crate::domain::inbound::continuation::message_group`]),
+//! so that the fair queue makes the cluster (or account) a tenant of its own, its messages
+//! worked on there in their turn:
 //!
 //! - a cluster's **new warnings while it is busy**: a burst of them (more than one in a batch)
 //!   was in this execution environment less than [`HOLD`] ago (see `Fleet::busy`). Each goes
@@ -87,13 +88,15 @@ pub fn triage(share: Share, takes: usize, busy: bool, parted: &BTreeSet<usize>) 
 }
 
 /// Sends each record of `later` (what [`triage`] left for later of a cluster's share, bound
-/// `to`) back to the queue it came from, in the cluster's message group, at once (ten at a
-/// time): a continuation as it came, a warning as triaged. Each is reported requeued once sent
-/// (its message is then deleted), failed (retryable: the message comes back) when not. `busy`
-/// and `takes`: why (see [`triage`]).
+/// `to`) back to the queue it came from, at once (ten at a time), in the message group of the
+/// cluster's continuations (`tenant`'s: the cluster's, or in an organization its account's, so
+/// that the account's cordons keep coming before its drains): a continuation as it came, a
+/// warning as triaged. Each is reported requeued once sent (its message is then deleted),
+/// failed (retryable: the message comes back) when not. `busy` and `takes`: why (see
+/// [`triage`]).
 pub async fn requeue(
     queue: &dyn ContinuationQueue,
-    to: &Destination,
+    (to, tenant): (&Destination, Tenant),
     later: Share,
     (busy, takes): (bool, usize),
 ) -> (Share, Vec<Report>) {
@@ -101,7 +104,7 @@ pub async fn requeue(
         Destination::Cluster(Some(id)) => Some(id.to_string()),
         _ => None,
     };
-    let group = &message_group(cluster.as_deref(), Tenant::Cluster);
+    let group = &message_group(cluster.as_deref(), tenant);
     let (cluster, named) = (&cluster, cluster.as_deref().unwrap_or("served"));
     let sends = later.records.iter().map(|record| async move {
         let report = Report {
@@ -124,8 +127,8 @@ pub async fn requeue(
             Ok(()) => report.ended(
                 Outcome::Requeued,
                 format!(
-                    "cluster {named} is busy ({why}): sent back to the queue in the cluster's \
-                     message group {group}, to be worked on there in its turn"
+                    "cluster {named} is busy ({why}): sent back to the queue in the message \
+                     group {group}, to be worked on there in its turn"
                 ),
             ),
             Err(e) => report.failed(format!(
@@ -232,5 +235,60 @@ mod tests {
         s.records[0].continuation = Some(Default::default());
         s.records[4].triaged = true;
         assert!(!burst(&s));
+    }
+
+    /// What a queue was sent: (group, body).
+    #[derive(Default)]
+    struct Sent(std::sync::Mutex<Vec<(String, String)>>);
+
+    #[async_trait::async_trait]
+    impl ContinuationQueue for Sent {
+        async fn send(
+            &self,
+            _queue_arn: &str,
+            group: &str,
+            body: &str,
+            _delay: Duration,
+        ) -> Result<(), crate::ports::PortError> {
+            self.0.lock().unwrap().push((group.into(), body.into()));
+            Ok(())
+        }
+    }
+
+    /// A warning goes back triaged, a continuation as it came, each in the group of the
+    /// cluster's continuations: the cluster's, or in an organization its account's.
+    #[tokio::test]
+    async fn what_goes_back_goes_in_the_group_of_the_clusters_continuations() {
+        let bodies: Vec<String> = (0..2).map(spot).collect();
+        let mut later = share(&bodies);
+        later.records[1].continuation = Some(Default::default());
+        let prod = "123456789012/us-east-1/prod";
+        let to = Destination::Cluster(Some(
+            crate::domain::clusters::ClusterId::parse(prod).unwrap(),
+        ));
+        for (tenant, group) in [(Tenant::Cluster, prod), (Tenant::Account, "123456789012")] {
+            let queue = Sent::default();
+            let (_, reports) = requeue(&queue, (&to, tenant), later.clone(), (true, 11)).await;
+            assert!(
+                reports.iter().all(|r| r.outcome == Outcome::Requeued),
+                "{reports:#?}"
+            );
+            let why = reports[0].reason.as_deref().unwrap_or_default();
+            assert!(
+                why.contains("a burst of its new warnings") && why.contains(group),
+                "{why}"
+            );
+            let why = reports[1].reason.as_deref().unwrap_or_default();
+            assert!(
+                why.contains("more of its messages in this batch than"),
+                "{why}"
+            );
+            let sent = queue.0.into_inner().unwrap();
+            let expected = [
+                (group.to_string(), triaged_body(&bodies[0], prod)),
+                (group.to_string(), bodies[1].clone()),
+            ];
+            assert_eq!(sent, expected);
+        }
     }
 }
