@@ -231,13 +231,6 @@ pub enum Refusal {
          {instance_id}'s"
     )]
     Unverifiable { target: String, instance_id: String },
-    /// A Node target that does not read as a Node.
-    #[error("{target} could not be read as a Node: {source}")]
-    NotANode {
-        target: String,
-        #[source]
-        source: ::kube::core::dynamic::ParseDynamicObjectError,
-    },
 }
 
 #[cfg(test)]
