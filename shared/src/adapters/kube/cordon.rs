@@ -348,8 +348,7 @@ impl KubeExecutor {
         let signed_by = signed_by.and_then(|r| r.key_id);
         match signed_by {
             Some(id) if keys.get(id).is_none() => match store.reread_continuation_keys().await {
-                Ok(Some(fresh)) => RecordKeys::Signed(fresh),
-                Ok(None) => RecordKeys::Signed(keys),
+                Ok(fresh) => RecordKeys::Signed(fresh.unwrap_or(keys)),
                 Err(e) => {
                     tracing::warn!(error = %e, key_id = id, "the continuation keys cannot be read again for a record of an unknown key: it is left as it is");
                     RecordKeys::Unreadable
