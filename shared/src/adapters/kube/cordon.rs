@@ -392,11 +392,10 @@ impl KubeExecutor {
                 out.say(format!("would cordon and taint node/{name}"));
                 return Ok((false, false));
             }
-            Written::Patched => (format!("cordoned node/{name}"), true),
-            // Found cordoned with forewarn's taint when announced: the event's first pass (or an
-            // earlier delivery) did it for this event.
-            Written::Already if already_ours => (format!("cordoned node/{name}"), true),
-            Written::Already => (format!("node/{name} already cordoned"), false),
+            Written::Already if !already_ours => (format!("node/{name} already cordoned"), false),
+            // Or found cordoned with forewarn's taint when announced: the event's first pass (or
+            // an earlier delivery) did it for this event.
+            Written::Patched | Written::Already => (format!("cordoned node/{name}"), true),
         };
         out.say(said);
         out.result.cordoned_at = Some(self.clients.clock().now());
