@@ -74,26 +74,20 @@ pub(crate) enum Disposition {
 }
 
 pub(crate) fn disposition(pod: &Pod) -> Disposition {
-    if pod.annotations().contains_key(ANNOTATION_MIRROR) {
-        return Disposition::Skip("mirror");
-    }
     let owners = pod.owner_references().iter();
-    if owners
+    let daemon = owners
         .filter(|r| r.controller == Some(true))
-        .any(|r| r.kind == "DaemonSet")
-    {
-        return Disposition::Skip("daemonset");
-    }
+        .any(|r| r.kind == "DaemonSet");
+    // The first rule that holds, in order.
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-        Some("Succeeded") => return Disposition::Skip("succeeded"),
-        Some("Failed") => return Disposition::Skip("failed"),
-        _ => {}
-    }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Disposition::Wait;
-    }
-    Disposition::Evict {
-        critical: is_critical(pod),
+        _ if pod.annotations().contains_key(ANNOTATION_MIRROR) => Disposition::Skip("mirror"),
+        _ if daemon => Disposition::Skip("daemonset"),
+        Some("Succeeded") => Disposition::Skip("succeeded"),
+        Some("Failed") => Disposition::Skip("failed"),
+        _ if pod.metadata.deletion_timestamp.is_some() => Disposition::Wait,
+        _ => Disposition::Evict {
+            critical: is_critical(pod),
+        },
     }
 }
 
