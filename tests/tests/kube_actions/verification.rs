@@ -59,6 +59,36 @@ async fn a_pass_on_a_node_name_reused_by_another_instance_is_refused() {
     assert!(w.pod("default", "new-1").is_some(), "its pod is untouched");
 }
 
+/// A delete of the node itself deletes the node its pass read and verified, never one that
+/// runs another instance or is control-plane.
+#[tokio::test]
+async fn a_delete_of_a_node_now_another_instances_or_control_plane_is_refused() {
+    let w = World::plain().await;
+    let plan = w
+        .plan(&event(EventKind::StateChange, "ev-terminated"))
+        .await;
+    assert_eq!(plan.actions[0].action, Action::Delete);
+    assert_eq!(
+        plan.actions[0].target.as_ref().unwrap().to_string(),
+        format!("node/{NODE}")
+    );
+    let mut control_plane = node(NODE, ID);
+    control_plane["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+    for (replaced, said) in [
+        (node(NODE, "i-0a1b2c3d4e5f6ffff"), "i-0a1b2c3d4e5f6ffff"),
+        (control_plane, "control-plane"),
+    ] {
+        w.fake.remove("v1", "Node", None, NODE);
+        w.fake.insert(replaced);
+        w.fake.clear_requests();
+        let out = w.run(&plan).await;
+        let why = out.result.refused.clone().expect("refused");
+        assert!(why.contains(said), "{why}");
+        assert_eq!(accepted_writes(&w.fake), vec![], "nothing deleted");
+        assert!(w.node(NODE).is_some());
+    }
+}
+
 #[tokio::test]
 async fn a_drain_pass_ends_when_forewarns_taint_was_removed_or_the_node_is_gone() {
     let w = World::plain().await;

@@ -348,8 +348,7 @@ impl KubeExecutor {
         let signed_by = signed_by.and_then(|r| r.key_id);
         match signed_by {
             Some(id) if keys.get(id).is_none() => match store.reread_continuation_keys().await {
-                Ok(Some(fresh)) => RecordKeys::Signed(fresh),
-                Ok(None) => RecordKeys::Signed(keys),
+                Ok(fresh) => RecordKeys::Signed(fresh.unwrap_or(keys)),
                 Err(e) => {
                     tracing::warn!(error = %e, key_id = id, "the continuation keys cannot be read again for a record of an unknown key: it is left as it is");
                     RecordKeys::Unreadable
@@ -393,11 +392,10 @@ impl KubeExecutor {
                 out.say(format!("would cordon and taint node/{name}"));
                 return Ok((false, false));
             }
-            Written::Patched => (format!("cordoned node/{name}"), true),
-            // Found cordoned with forewarn's taint when announced: the event's first pass (or an
-            // earlier delivery) did it for this event.
-            Written::Already if already_ours => (format!("cordoned node/{name}"), true),
-            Written::Already => (format!("node/{name} already cordoned"), false),
+            Written::Already if !already_ours => (format!("node/{name} already cordoned"), false),
+            // Or found cordoned with forewarn's taint when announced: the event's first pass (or
+            // an earlier delivery) did it for this event.
+            Written::Patched | Written::Already => (format!("cordoned node/{name}"), true),
         };
         out.say(said);
         out.result.cordoned_at = Some(self.clients.clock().now());

@@ -8,12 +8,14 @@
 //!
 //! What is read is verified before anything is deleted (see [`verify_target`]): the target must
 //! be the event's instance's — a NodeClaim or Machine whose provider id names the instance (or,
-//! lacking one, whose node is the live node just verified), a Node whose provider id names it —
-//! and never control-plane. Otherwise the delete is refused, with the reason.
+//! lacking one, whose node is the live node just verified) — and never control-plane. Otherwise
+//! the delete is refused, with the reason. A Node target is the node the pass has just read and
+//! verified as every pass does (its provider id, never control-plane): it is not read again,
+//! and the delete's uid precondition deletes that very object or nothing.
 
-use ::kube::Api;
 use ::kube::api::{ApiResource, DeleteParams, DynamicObject, Preconditions};
 use ::kube::core::GroupVersionKind;
+use ::kube::{Api, ResourceExt};
 
 use k8s_openapi::api::core::v1::Node;
 
@@ -22,7 +24,6 @@ use super::error::{KubeError, Refusal};
 use super::events::EventType::{Normal, Warning};
 use super::events::Said;
 use super::executor::KubeExecutor;
-use super::node_facts::node_facts;
 use super::outcome::{DeleteOutcome, NodeOutcome};
 use crate::domain::facts::instance_id_from_provider_id;
 use crate::domain::plan::{NodeAction, Plan, Target};
@@ -33,55 +34,35 @@ const LABEL_CAPI_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 /// Whether `object`, the delete's target as just read, belongs to instance `instance_id`, whose
 /// live node (already verified to run it) is `node` when there is one; otherwise why not.
 ///
-/// - its provider id (NodeClaim `status.providerID`, Machine `spec.providerID`, Node
-///   `spec.providerID`) names the instance — one naming another instance is refused whatever
-///   else matches;
+/// - its provider id (NodeClaim `status.providerID`, Machine `spec.providerID`) names the
+///   instance — one naming another instance is refused whatever else matches;
 /// - lacking one, a NodeClaim whose `status.nodeName`, or a Machine whose `status.nodeRef.name`,
 ///   is the live node;
-/// - never a control-plane Machine (label `cluster.x-k8s.io/control-plane`) or Node (a Node
-///   target is checked as every pass checks its node: `NodeFacts::verify_runs`).
+/// - never a control-plane Machine (label `cluster.x-k8s.io/control-plane`).
+///
+/// A Node target passes: it is the pass's own node, verified as the pass read it.
 pub(crate) fn verify_target(
     target: &Target,
     object: &DynamicObject,
     instance_id: &str,
     node: Option<&str>,
 ) -> Result<(), Refusal> {
-    let data = &object.data;
-    let labels = object.metadata.labels.as_ref();
-    let has_label = |key: &str| labels.is_some_and(|l| l.contains_key(key));
-    let (provider_id, node_name) = match target {
-        Target::NodeClaim { .. } => (
-            data.pointer("/status/providerID"),
-            data.pointer("/status/nodeName"),
-        ),
-        Target::Machine { .. } => {
-            if has_label(LABEL_CAPI_CONTROL_PLANE) {
-                return Err(Refusal::ControlPlaneMachine {
-                    target: target.to_string(),
-                    label: LABEL_CAPI_CONTROL_PLANE,
-                });
-            }
-            (
-                data.pointer("/spec/providerID"),
-                data.pointer("/status/nodeRef/name"),
-            )
+    let (id_at, node_at) = match target {
+        Target::NodeClaim { .. } => ("/status/providerID", "/status/nodeName"),
+        Target::Machine { .. } if object.labels().contains_key(LABEL_CAPI_CONTROL_PLANE) => {
+            return Err(Refusal::ControlPlaneMachine {
+                target: target.to_string(),
+                label: LABEL_CAPI_CONTROL_PLANE,
+            });
         }
-        // A Node: the check every pass makes of its node (control-plane, provider id).
-        Target::Node { .. } => {
-            let node: Node = object
-                .clone()
-                .try_parse()
-                .map_err(|source| Refusal::NotANode {
-                    target: target.to_string(),
-                    source,
-                })?;
-            return Ok(node_facts(&node).verify_runs(instance_id)?);
-        }
+        Target::Machine { .. } => ("/spec/providerID", "/status/nodeRef/name"),
+        // A Node: the pass's own node, verified by the pass as it read it (control-plane,
+        // provider id), and deleted only as that object.
+        Target::Node { .. } => return Ok(()),
     };
-    let named = provider_id
-        .and_then(|v| v.as_str())
-        .and_then(instance_id_from_provider_id);
-    match (named, node_name.and_then(|v| v.as_str())) {
+    let text = |at| object.data.pointer(at).and_then(serde_json::Value::as_str);
+    let named = text(id_at).and_then(instance_id_from_provider_id);
+    match (named, text(node_at)) {
         (Some(id), _) if id == instance_id => Ok(()),
         (Some(other), _) => Err(Refusal::OtherInstance {
             target: target.to_string(),
@@ -115,14 +96,7 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let target = (a.target.clone()).unwrap_or_else(|| Target::Node { name: name.into() });
-        let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
-            DeleteOutcome::AlreadyGone {
-                target: target.to_string(),
-            }
-        } else {
-            self.delete_target(&target, &a.instance_id, node.map(|_| name))
-                .await?
-        };
+        let deleted = self.delete_target(&target, &a.instance_id, node).await?;
         if let DeleteOutcome::Refused { why, .. } = &deleted {
             out.result.refused = Some(why.clone());
         } else if let Some(node) = node {
@@ -138,12 +112,13 @@ impl KubeExecutor {
     }
 
     /// Deletes `target` unless it is gone or going, or is not instance `instance_id`'s (whose
-    /// live, verified node is `node`, when there is one): see [`verify_target`].
+    /// live node, read and verified by the pass, is `node`, when there is one): see
+    /// [`verify_target`].
     async fn delete_target(
         &self,
         target: &Target,
         instance_id: &str,
-        node: Option<&str>,
+        node: Option<&Node>,
     ) -> Result<DeleteOutcome, KubeError> {
         let (clients, described) = (&self.clients, target.to_string());
         let client = clients.client().await?;
@@ -164,13 +139,22 @@ impl KubeExecutor {
                 (Api::namespaced_with(client, namespace, &machines), name)
             }
         };
-        let existing = with_retry(clients, "get", &described, || api.get_opt(name)).await?;
+        // A Node target is the node the pass has just read and verified: not read again.
+        let existing = match target {
+            Target::Node { .. } => node.map(|n| DynamicObject {
+                types: None,
+                metadata: n.metadata.clone(),
+                data: serde_json::Value::Null,
+            }),
+            _ => with_retry(clients, "get", &described, || api.get_opt(name)).await?,
+        };
         let Some(existing) = existing else {
             return Ok(DeleteOutcome::AlreadyGone { target: described });
         };
         if existing.metadata.deletion_timestamp.is_some() {
             return Ok(DeleteOutcome::AlreadyDeleting { target: described });
         }
+        let node = node.and_then(|n| n.metadata.name.as_deref());
         if let Err(why) = verify_target(target, &existing, instance_id, node) {
             tracing::warn!(target = %described, %why, "refusing to delete");
             let why = why.to_string();
@@ -207,7 +191,6 @@ impl KubeExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::facts::NotItsNode;
     use serde_json::json;
 
     const ID: &str = "i-0a1b2c3d4e5f60001";
@@ -275,30 +258,5 @@ mod tests {
             why.to_string(),
             "machine/capi/m is a control-plane Machine (label cluster.x-k8s.io/control-plane)"
         );
-    }
-
-    #[test]
-    fn a_node_target_is_its_instance_and_not_control_plane() {
-        let node = |labels: serde_json::Value, provider: &str| {
-            object(json!({"metadata": {"name": "n1", "labels": labels},
-                "spec": {"providerID": provider}}))
-        };
-        let target = Target::Node { name: "n1".into() };
-        let mine = format!("aws:///us-east-1a/{ID}");
-        verify_target(&target, &node(json!({}), &mine), ID, Some("n1")).unwrap();
-        assert!(
-            verify_target(
-                &target,
-                &node(json!({}), "aws:///us-east-1a/i-0a1b2c3d4e5f69999"),
-                ID,
-                Some("n1")
-            )
-            .is_err()
-        );
-        let cp = node(json!({"node-role.kubernetes.io/control-plane": ""}), &mine);
-        assert!(matches!(
-            verify_target(&target, &cp, ID, Some("n1")),
-            Err(Refusal::Node(NotItsNode::ControlPlane { .. }))
-        ));
     }
 }

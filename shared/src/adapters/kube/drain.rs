@@ -74,26 +74,20 @@ pub(crate) enum Disposition {
 }
 
 pub(crate) fn disposition(pod: &Pod) -> Disposition {
-    if pod.annotations().contains_key(ANNOTATION_MIRROR) {
-        return Disposition::Skip("mirror");
-    }
     let owners = pod.owner_references().iter();
-    if owners
+    let daemon = owners
         .filter(|r| r.controller == Some(true))
-        .any(|r| r.kind == "DaemonSet")
-    {
-        return Disposition::Skip("daemonset");
-    }
+        .any(|r| r.kind == "DaemonSet");
+    // The first rule that holds, in order.
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-        Some("Succeeded") => return Disposition::Skip("succeeded"),
-        Some("Failed") => return Disposition::Skip("failed"),
-        _ => {}
-    }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Disposition::Wait;
-    }
-    Disposition::Evict {
-        critical: is_critical(pod),
+        _ if pod.annotations().contains_key(ANNOTATION_MIRROR) => Disposition::Skip("mirror"),
+        _ if daemon => Disposition::Skip("daemonset"),
+        Some("Succeeded") => Disposition::Skip("succeeded"),
+        Some("Failed") => Disposition::Skip("failed"),
+        _ if pod.metadata.deletion_timestamp.is_some() => Disposition::Wait,
+        _ => Disposition::Evict {
+            critical: is_critical(pod),
+        },
     }
 }
 
@@ -232,13 +226,12 @@ impl KubeExecutor {
             .filter_map(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()))
             .max();
         let critical_terminating = terminating.iter().all(|p| is_critical(p));
-        let terminating: Vec<String> = terminating.iter().map(|p| pod_key(p)).collect();
+        let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
         if self.settings.dry_run {
-            report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
+            report.would_evict = evictable.iter().map(|p| pod_key(p)).collect();
             return Ok(report);
         }
         let now = clients.clock().now();
-        let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
         let surge = if a.surge && now < deadline {
             let surge = (plan.event_id.as_str(), deadline, pass.is_first_drain());
             let pods = (listed.as_slice(), evictable.as_slice());
@@ -256,13 +249,7 @@ impl KubeExecutor {
         // Past the deadline every pod still to evict gets its one attempt.
         let critical_due = (normal.is_empty() && critical_terminating)
             || last_quarter.is_none_or(|t| now >= t.min(deadline));
-        let mut due: Vec<&Pod> = normal;
-        let mut deferred = if critical_due {
-            due.extend(critical);
-            0
-        } else {
-            critical.len()
-        };
+        let due = if critical_due { evictable } else { normal };
         // Pods that wait for room are not evicted in this pass.
         let waits = |p: &&Pod| match (&surge, &p.metadata.uid) {
             (Some(surge), Some(uid)) => surge.waiting.contains_key(uid),
@@ -270,9 +257,9 @@ impl KubeExecutor {
         };
         let (waiting, due): (Vec<&Pod>, Vec<&Pod>) = due.into_iter().partition(waits);
         report.waiting = waiting.iter().map(|p| pod_key(p)).collect();
-        deferred += report.waiting.len();
+        let deferred = report.waiting.len() + if critical_due { 0 } else { critical.len() };
         self.evict_all(&due, grace_until, &mut report).await?;
-        report.terminating = terminating;
+        report.terminating = terminating.iter().map(|p| pod_key(p)).collect();
         let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
         // Past the deadline (the last pass: every pod still to evict had one attempt, none
         // waits), the drain ends with what is left.

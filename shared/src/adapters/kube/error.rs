@@ -92,15 +92,11 @@ pub(crate) fn is_transient(e: &::kube::Error) -> bool {
 /// The `Retry-After` of a "try again" answer: the API server puts it in the `Status` details
 /// (`retryAfterSeconds`, as well as in the header) of its 429s and of some 503s.
 pub(crate) fn retry_after(e: &::kube::Error) -> Option<Duration> {
-    match e {
-        ::kube::Error::Api(s) if is_retryable(e) => s
-            .details
-            .as_ref()
-            .map(|d| d.retry_after_seconds)
-            .filter(|secs| *secs > 0)
-            .map(|secs| Duration::from_secs(u64::from(secs).min(MAX_RETRY_AFTER_SECS))),
-        _ => None,
-    }
+    let ::kube::Error::Api(s) = e else {
+        return None;
+    };
+    let secs = u64::from(s.details.as_ref()?.retry_after_seconds);
+    (is_retryable(e) && secs > 0).then(|| Duration::from_secs(secs.min(MAX_RETRY_AFTER_SECS)))
 }
 
 /// A `Retry-After` longer than this is cut to it (a drain has minutes, not hours).
@@ -231,13 +227,6 @@ pub enum Refusal {
          {instance_id}'s"
     )]
     Unverifiable { target: String, instance_id: String },
-    /// A Node target that does not read as a Node.
-    #[error("{target} could not be read as a Node: {source}")]
-    NotANode {
-        target: String,
-        #[source]
-        source: ::kube::core::dynamic::ParseDynamicObjectError,
-    },
 }
 
 #[cfg(test)]

@@ -56,12 +56,9 @@ pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
         .map(|c| if valid(c) { c } else { '-' })
         .take(253 - 17)
         .collect();
-    let prefix = prefix.trim_matches(['-', '.']);
-    if prefix.is_empty() {
-        format!("forewarn.{hash:016x}")
-    } else {
-        format!("{prefix}.{hash:016x}")
-    }
+    // A node name with no valid character left: forewarn's own.
+    let prefix = Some(prefix.trim_matches(['-', '.'])).filter(|p| !p.is_empty());
+    format!("{}.{hash:016x}", prefix.unwrap_or("forewarn"))
 }
 
 /// A reference to the `kind` object (of API `v1`) of `meta`'s namespace, name and uid.
