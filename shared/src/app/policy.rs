@@ -66,32 +66,38 @@ impl PolicyCache {
             return s.current.clone();
         }
         s.read_at = Some(now);
-        let text = match until(clock, now + READ_BUDGET, self.source.read()).await {
-            Some(Ok(text)) if s.text.as_ref() != Some(&text) => text,
-            Some(Ok(_)) => return s.current.clone(),
+        match until(clock, now + READ_BUDGET, self.source.read()).await {
+            Some(Ok(text)) if s.text.as_ref() != Some(&text) => {
+                if let Some(policy) = self.policy_of(&text, s.text.is_some()).await {
+                    s.current = policy;
+                }
+                s.text = Some(text);
+            }
+            Some(Ok(_)) => {}
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not read the policy ConfigMap: the last policy is kept");
-                return s.current.clone();
             }
             None => {
                 tracing::warn!(
                     "reading the policy ConfigMap took too long: the last policy is kept"
                 );
-                return s.current.clone();
             }
-        };
-        match &text {
+        }
+        s.current.clone()
+    }
+
+    /// The policy a new `text` of the ConfigMap makes (`had`: a text was read before); `None`
+    /// when it is refused, which the last good policy outlives.
+    async fn policy_of(&self, text: &PolicyText, had: bool) -> Option<Policy> {
+        let refused = match text {
             PolicyText::Absent => {
-                if s.text.is_some() {
+                if had {
                     tracing::info!("no policy ConfigMap: the settings' policy applies");
                 }
-                s.current = self.base.clone();
+                return Some(self.base.clone());
             }
             PolicyText::NoKey => {
-                let message = format!(
-                    "ConfigMap {POLICY_NAMESPACE}/{POLICY_CONFIGMAP} has no key {POLICY_KEY}"
-                );
-                self.refuse(&message).await;
+                format!("ConfigMap {POLICY_NAMESPACE}/{POLICY_CONFIGMAP} has no key {POLICY_KEY}")
             }
             PolicyText::Text(yaml) => match Policy::parse(yaml) {
                 Ok(policy) => {
@@ -105,22 +111,15 @@ impl PolicyCache {
                         tracing::error!(field = %e.path, error = %e, "policy rule refused: its nodes keep the defaults");
                         self.source.refused(&e.to_string()).await;
                     }
-                    s.current = policy;
+                    return Some(policy);
                 }
-                Err(e) => self.refuse(&e.to_string()).await,
+                Err(e) => e.to_string(),
             },
-        }
-        s.text = Some(text);
-        s.current.clone()
-    }
-
-    async fn refuse(&self, message: &str) {
-        tracing::error!(error = %message, "policy refused: the last good policy is kept");
-        self.source
-            .refused(&format!(
-                "policy refused, the last good one is kept: {message}"
-            ))
-            .await;
+        };
+        tracing::error!(error = %refused, "policy refused: the last good policy is kept");
+        let message = format!("policy refused, the last good one is kept: {refused}");
+        self.source.refused(&message).await;
+        None
     }
 }
 

@@ -93,10 +93,9 @@ fn log_report(report: &Report) {
     let actions = report.actions.iter().map(|a| a.action.as_str());
     let actions = actions.collect::<Vec<_>>().join(",");
     let reason = report.reason.as_deref().unwrap_or("");
-    let drains = report.actions.iter().filter_map(|a| a.drain);
-    let (pod_events, pod_events_given_up) = drains.fold((0, 0), |(r, g), d| {
-        (r + d.pod_events, g + d.pod_events_given_up)
-    });
+    let drains = || report.actions.iter().filter_map(|a| a.drain);
+    let pod_events: usize = drains().map(|d| d.pod_events).sum();
+    let pod_events_given_up: usize = drains().map(|d| d.pod_events_given_up).sum();
     let (outcome, message_id) = (report.outcome.as_str(), report.message_id.as_deref());
     let message_id = message_id.unwrap_or("");
     macro_rules! log {

@@ -11,8 +11,7 @@ pub(super) fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usiz
     // pass with the same signature), never of the event's first delivery, of another pass, or of
     // a message that only claims to be the same pass (a forged one must not make the genuine one
     // a repeat of its refusal).
-    type Key<'r> = (&'r str, Option<(u32, Option<&'r str>)>);
-    let mut first_of: HashMap<Key<'_>, usize> = HashMap::new();
+    let mut first_of = HashMap::new();
     let mut repeats: Vec<(usize, usize)> = Vec::new();
     // Each lane with the instances of its events.
     let mut lanes: Vec<(BTreeSet<&str>, Vec<usize>)> = Vec::new();
@@ -20,11 +19,11 @@ pub(super) fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usiz
         let Ok(event) = &record.event else { continue };
         let pass = record.continuation.as_ref();
         let key = (event.id.as_str(), pass.map(|c| (c.pass, c.mac.as_deref())));
-        if let Some(&first) = first_of.get(&key) {
+        let first = *first_of.entry(key).or_insert(i);
+        if first != i {
             repeats.push((i, first));
             continue;
         }
-        first_of.insert(key, i);
         // The lanes of its instances become one, where the first of them was.
         let ids: BTreeSet<&str> = event.instance_ids.iter().map(String::as_str).collect();
         let shares = |(of, _): &mut (BTreeSet<&str>, Vec<usize>)| !of.is_disjoint(&ids);

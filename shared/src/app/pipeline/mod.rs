@@ -178,13 +178,12 @@ impl Pipeline<'_> {
         seen.room = &room;
         // Traffic first: the drains about to evict, off their load balancers (after the
         // cordons; each first drain pass waits for the round, the batch's other passes go on).
-        let lanes = later.clone();
         let traffic = async {
-            let notes = self.clear_traffic(records, lanes, &first).await;
+            let notes = self.clear_traffic(records, &later, &first).await;
             cleared.send_replace(true);
             notes
         };
-        let (notes, later) = tokio::join!(traffic, self.run(records, later, seen));
+        let (notes, later) = tokio::join!(traffic, self.run(records, later.clone(), seen));
         // The drains carried on in process come after it too.
         let mut done = self.finish(records, later, now).await;
         done.extend(self.finish(records, first, now).await);

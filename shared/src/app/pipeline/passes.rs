@@ -416,9 +416,7 @@ fn room_nodes(plan: &Plan) -> impl Iterator<Item = &str> {
 /// (passes run in process report together: their details joined, their evictions added up, the
 /// first cordon kept); true when a drain is pending.
 pub(super) fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
-    let mut pending = false;
     for result in results.iter().cloned() {
-        pending |= result.pending;
         if let Some(a) = report
             .actions
             .iter_mut()
@@ -438,7 +436,7 @@ pub(super) fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
             a.heartbeat_at = result.heartbeat_at.or(a.heartbeat_at);
         }
     }
-    pending
+    results.iter().any(|r| r.pending)
 }
 
 /// The executor's refusals among `results` (its live verification), as one reason.

@@ -105,15 +105,11 @@ pub async fn describe_events(
     known: &BTreeMap<(Place, String), InstanceFacts>,
 ) -> Described {
     let mut by_place: BTreeMap<Place, BTreeSet<String>> = BTreeMap::new();
-    for event in events {
-        let place = Place::of_event(event);
-        let ids = event.instance_ids.iter().cloned();
-        let unknown: Vec<String> = ids
-            .filter(|id| !known.contains_key(&(place.clone(), id.clone())))
-            .collect();
-        by_place.entry(place).or_default().extend(unknown);
+    let wanted = (events.iter())
+        .flat_map(|e| (e.instance_ids.iter()).map(|id| (Place::of_event(e), id.clone())));
+    for (place, id) in wanted.filter(|key| !known.contains_key(key)) {
+        by_place.entry(place).or_default().insert(id);
     }
-    by_place.retain(|_, ids| !ids.is_empty());
     let lookups = by_place.into_iter().map(|(place, ids)| async move {
         let ids: Vec<String> = ids.into_iter().collect();
         let answer = instances.describe(&place, &ids).await;

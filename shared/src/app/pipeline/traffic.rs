@@ -50,7 +50,7 @@ impl Pipeline<'_> {
     pub(super) async fn clear_traffic(
         &self,
         records: &[Record],
-        later: Vec<Vec<usize>>,
+        later: &[Vec<usize>],
         first: &[Vec<(usize, Handled)>],
     ) -> BTreeMap<usize, String> {
         let Some(traffic) = self.traffic.filter(|_| self.mode.writes_cluster()) else {
@@ -59,7 +59,7 @@ impl Pipeline<'_> {
         // The drains by the place of their event: the record of each, its doomed instances.
         let mut drains: BTreeMap<Place, Vec<(usize, Vec<Doomed>)>> = BTreeMap::new();
         let now = self.clock.now();
-        for i in later.into_iter().flatten() {
+        for &i in later.iter().flatten() {
             let record = &records[i];
             // A replayed, forged or late first pass, which the pass itself refuses, moves no
             // target.
