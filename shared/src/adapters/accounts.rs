@@ -234,31 +234,28 @@ impl Accounts {
             Some(account) if !is_account_id(account) => {
                 return Err(AccountError::InvalidAccount(account.clone()));
             }
-            Some(account) => account,
+            Some(account) => account.clone(),
         };
-        match (&self.settings.own, &self.settings.member_role) {
-            // The own account unknown (a command run without it): every event is taken as its.
-            (None, _) => Ok(Target::Own { region }),
-            (Some(own), _) if own == account => Ok(Target::Own { region }),
-            (Some(own), None) => Err(AccountError::NotServed {
-                account: account.clone(),
-                own: own.clone(),
-            }),
-            (Some(own), Some(_)) if !self.settings.served.contains(account) => {
-                Err(AccountError::NotListed {
-                    account: account.clone(),
-                    own: own.clone(),
-                })
-            }
-            (Some(_), Some(role)) => match region.or(own_region) {
-                Some(region) => Ok(Target::Member {
-                    role: role_arn(account, role, &region),
-                    account: account.clone(),
-                    region,
-                }),
-                None => Err(AccountError::NoRegion(account.clone())),
-            },
+        // The own account's, or any when the own account is unknown (a command run without it).
+        let own = match &self.settings.own {
+            Some(own) if *own != account => own.clone(),
+            _ => return Ok(Target::Own { region }),
+        };
+        let Some(role) = &self.settings.member_role else {
+            return Err(AccountError::NotServed { account, own });
+        };
+        if !self.settings.served.contains(&account) {
+            return Err(AccountError::NotListed { account, own });
         }
+        let Some(region) = region.or(own_region) else {
+            return Err(AccountError::NoRegion(account));
+        };
+        let role = role_arn(&account, role, &region);
+        Ok(Target::Member {
+            account,
+            region,
+            role,
+        })
     }
 
     /// The SDK configuration for calls about `place` (see the module's documentation).
