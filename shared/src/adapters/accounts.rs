@@ -91,11 +91,8 @@ const SHOWN_MAX: usize = 40;
 /// reaches a log line), cut after [`SHOWN_MAX`] characters.
 fn shown(value: &str) -> String {
     let cut: String = value.chars().take(SHOWN_MAX).collect();
-    if cut.len() < value.len() {
-        format!("{cut:?}…")
-    } else {
-        format!("{cut:?}")
-    }
+    let more = if cut.len() < value.len() { "…" } else { "" };
+    format!("{cut:?}{more}")
 }
 
 /// Why no configuration is given for a place.
