@@ -14,11 +14,13 @@ use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{
-    SignableBody, SignableRequest, SignatureLocation, SigningError, SigningSettings, sign,
+    SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
 };
 use aws_sigv4::sign::v4;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use crate::ports::BoxError;
 
 /// What every EKS token starts with.
 pub const TOKEN_PREFIX: &str = "k8s-aws-v1.";
@@ -37,7 +39,7 @@ pub enum TokenError {
         cluster: String,
         /// The signer's error.
         #[source]
-        source: crate::ports::BoxError,
+        source: BoxError,
     },
     #[cfg(any(test, feature = "fixtures"))]
     #[error("not an EKS token: {0}")]
@@ -50,17 +52,14 @@ pub fn sts_host(region: &str) -> String {
     format!("sts.{region}.amazonaws.com{china}")
 }
 
-/// The presigned `GetCallerIdentity` URL for `cluster`, signed at `time`.
+/// The presigned `GetCallerIdentity` URL for `cluster`, signed at `time` (an error is the
+/// signer's, or the URL's).
 pub fn presigned_url(
     cluster: &str,
     region: &str,
     credentials: &Credentials,
     time: SystemTime,
-) -> Result<String, TokenError> {
-    let fail = |e: crate::ports::BoxError| TokenError::Sign {
-        cluster: cluster.to_string(),
-        source: e,
-    };
+) -> Result<String, BoxError> {
     let base = format!(
         "https://{}/?Action=GetCallerIdentity&Version=2011-06-15",
         sts_host(region)
@@ -75,23 +74,19 @@ pub fn presigned_url(
         .name("sts")
         .time(time)
         .settings(settings)
-        .build()
-        .map_err(|e| fail(e.into()))?
+        .build()?
         .into();
     let request = SignableRequest::new(
         "GET",
         Cow::Borrowed(base.as_str()),
         std::iter::once((CLUSTER_ID_HEADER, cluster)),
         SignableBody::Bytes(&[]),
-    )
-    .map_err(|e: SigningError| fail(e.into()))?;
-    let (instructions, _signature) = sign(request, &params)
-        .map_err(|e| fail(e.into()))?
-        .into_parts();
+    )?;
+    let (instructions, _signature) = sign(request, &params)?.into_parts();
     let (_headers, query) = instructions.into_parts();
     // Percent-encoded (every value is base64, hex, digits or `/`, `;`, `-`: encoded as SigV4's
     // canonical query string encodes them, so the URL sent is the one signed).
-    let mut url = url::Url::parse(&base).map_err(|e| fail(e.into()))?;
+    let mut url = url::Url::parse(&base)?;
     url.query_pairs_mut().extend_pairs(query);
     Ok(url.into())
 }
@@ -103,7 +98,10 @@ pub fn eks_token(
     credentials: &Credentials,
     time: SystemTime,
 ) -> Result<String, TokenError> {
-    let url = presigned_url(cluster, region, credentials, time)?;
+    let url = presigned_url(cluster, region, credentials, time).map_err(|source| {
+        let cluster = cluster.to_string();
+        TokenError::Sign { cluster, source }
+    })?;
     Ok(format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(url)))
 }
 
