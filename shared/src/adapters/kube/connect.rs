@@ -262,10 +262,8 @@ impl EksClients {
         let token = eks_token(&self.cluster, &self.region, &credentials, signed_at)
             .map_err(|e| PortError::new("EKS token", FailureKind::Unknown, e))?;
         // A token is good for the cache lifetime, and not past the credentials' expiry.
-        let mut lifetime = TOKEN_CACHE_LIFETIME;
-        if let Some(expiry) = credentials.expiry() {
-            lifetime = lifetime.min(expiry.duration_since(signed_at).unwrap_or_default());
-        }
+        let left = (credentials.expiry()).map(|e| e.duration_since(signed_at).unwrap_or_default());
+        let lifetime = TOKEN_CACHE_LIFETIME.min(left.unwrap_or(Duration::MAX));
         let mut config = self.base.clone();
         config.auth_info.token = Some(token.into());
         let client = ::kube::Client::try_from(config).map_err(client_error)?;
