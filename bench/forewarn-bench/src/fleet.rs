@@ -308,7 +308,8 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
             args.quiet_nodes,
             both[0].handled_by(WINDOW),
             args.loud_nodes,
-            last(&both[0].cordoned).map_or("never".into(), |t| format!("at {:.2} s", t.as_secs_f64())),
+            last(&both[0].cordoned)
+                .map_or("never".into(), |t| format!("at {:.2} s", t.as_secs_f64())),
         ));
     }
     rows.push_str(&crate::cpu::row(6, &[Some(load)]));

@@ -368,7 +368,10 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
         }
     }
     if s.ec2_latency_ms > 0 {
-        out.push(format!("EC2 `DescribeInstances` {} ms a call (modelled: none)", s.ec2_latency_ms));
+        out.push(format!(
+            "EC2 `DescribeInstances` {} ms a call (modelled: none)",
+            s.ec2_latency_ms
+        ));
     }
     if !s.triage {
         out.push("triage by cluster off (deployed: on)".into());
