@@ -69,8 +69,9 @@ pub struct Handler {
     pub concurrency: usize,
     /// The messages of one cluster an invocation takes on (what its share of the cluster's
     /// API server cordons in about a second, [`triage::takes`]): a batch's others of that
-    /// cluster go back to the queue in the cluster's message group, as do a busy cluster's new
-    /// warnings (see [`triage`]); `None`: nothing is triaged, every one is taken on.
+    /// cluster go back to the queue in the message group of the cluster's continuations, as do
+    /// a busy cluster's new warnings (see [`triage`]); `None`: nothing is triaged, every one is
+    /// taken on.
     pub takes_per_cluster: Option<usize>,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
@@ -149,9 +150,11 @@ impl Handler {
             .filter(|p| !seen.insert(**p))
             .copied()
             .collect();
+        // A cluster whose new warnings were all the batch's (more than one) is busy here for
+        // a while: the queue's head was its burst alone (see `triage`).
+        let new_warnings: usize = shares.values().map(triage::new_warnings).sum();
         let runs = shares.into_iter().map(|(to, share)| {
-            // A cluster's share is triaged (what it does not take on sent back, see `triage`),
-            // and a burst of its new warnings makes it busy here for a while.
+            // A cluster's share is triaged (what it does not take on sent back, see `triage`).
             let cluster = match &to {
                 Destination::Cluster(id) => id.as_ref().map(ToString::to_string),
                 _ => None,
@@ -161,7 +164,8 @@ impl Handler {
             let busy = cluster
                 .as_deref()
                 .is_some_and(|c| self.fleet.busy(c, self.clock.now()));
-            let burst = takes.is_some() && triage::burst(&share);
+            let own = triage::new_warnings(&share);
+            let burst = takes.is_some() && own > 1 && own == new_warnings;
             let (share, later) = match takes {
                 Some((takes, _)) => triage::triage(share, takes, busy, &parted),
                 None => (share, Share::default()),

@@ -5,8 +5,10 @@
 //! so that the fair queue makes the cluster (or account) a tenant of its own, its messages
 //! worked on there in their turn:
 //!
-//! - a cluster's **new warnings while it is busy**: a burst of them (more than one in a batch)
-//!   was in this execution environment less than [`HOLD`] ago (see `Fleet::busy`). Each goes
+//! - a cluster's **new warnings while it is busy**: a burst of them (a batch whose new warnings
+//!   were all that cluster's, more than one: the queue's head was its alone) was in this
+//!   execution environment less than [`HOLD`] ago (see `Fleet::busy`). Batches that mix
+//!   clusters' warnings make none busy: each cluster has its part of every batch already. Each goes
 //!   back marked as triaged ([`crate::domain::inbound::sqs::TRIAGED_KEY`]): read again, it is
 //!   worked on, never sent back for this again. So a burst is read at the speed of sending it
 //!   back, while the warnings already triaged keep every environment's share of the cluster's
@@ -53,10 +55,11 @@ fn new_warning(record: &Record) -> bool {
     record.event.is_ok() && record.continuation.is_none() && !record.triaged && !record.kept
 }
 
-/// Whether `share`, one cluster's, is a burst of its new warnings: more than one (the cluster
-/// is then busy in this execution environment for a while, see `Fleet::busy`).
-pub fn burst(share: &Share) -> bool {
-    share.records.iter().filter(|r| new_warning(r)).count() > 1
+/// The new warnings of `share`, one cluster's share of a batch. The share is a burst (its
+/// cluster then busy in this execution environment for a while, see `Fleet::busy`) when they
+/// are more than one and every new warning of the batch (`of_batch`).
+pub fn new_warnings(share: &Share) -> usize {
+    share.records.iter().filter(|r| new_warning(r)).count()
 }
 
 /// `share`, one cluster's, split into what the invocation works on and what goes back to the
@@ -214,7 +217,7 @@ mod tests {
         let mut s = share(&bodies);
         s.records[1].continuation = Some(Default::default());
         s.records[3].triaged = true;
-        assert!(burst(&s), "three new warnings");
+        assert_eq!(new_warnings(&s), 3);
         let (now, later) = triage(s.clone(), 11, true, &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
@@ -231,10 +234,10 @@ mod tests {
             (5, 0),
             "not busy"
         );
-        // One new warning is no burst; nor is what was triaged already, or continuations.
+        // What was triaged already, or a continuation, is no new warning.
         s.records[0].continuation = Some(Default::default());
         s.records[4].triaged = true;
-        assert!(!burst(&s));
+        assert_eq!(new_warnings(&s), 1);
     }
 
     /// What a queue was sent: (group, body).
