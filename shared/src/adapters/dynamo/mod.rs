@@ -173,17 +173,10 @@ impl PoolStore for DynamoStore {
         let id = &plan.event_id;
         let what = format!("applying event {id}");
         let keys = plan.ledger_keys();
-        let pools = history(plan, &Retention::default());
-        if 2 * pools.len() + keys.len() > 100 {
-            let why = format!(
-                "it marks {} pools with {} ledger keys, but one transaction holds at most 100 \
-                 items: the ledger entries, the pools and their history entries",
-                pools.len(),
-                keys.len()
-            );
-            return Err(self.fail(FailureKind::Invalid, what, why));
-        }
+        // At most `MAX_POOLS_PER_UPDATE` pools: with their history items and the ledger
+        // entries, one transaction's 100 items.
         validate(plan).map_err(self.invalid(&what))?;
+        let pools = history(plan, &Retention::default());
         let max_lost_bets = 4 * pools.len() + 1;
         let (mut conflicts, mut lost_bets) = (0, 0);
         let mut waits = BACKOFF.build();
