@@ -20,11 +20,11 @@ use crate::ports::PortError;
 pub(super) type Item = HashMap<String, AttributeValue>;
 
 /// The `sk` of pool items.
-pub const POOL_SK: &str = "POOL";
+pub(super) const POOL_SK: &str = "POOL";
 /// The `sk` of ledger items.
-pub const EVENT_SK: &str = "EVENT";
+pub(super) const EVENT_SK: &str = "EVENT";
 /// The prefix of the `sk` of history items (`HIST#<event time>#<event id>#<instance id>`).
-pub const HISTORY_SK_PREFIX: &str = "HIST#";
+pub(super) const HISTORY_SK_PREFIX: &str = "HIST#";
 
 /// The start of the `sk` of the history items of events at `at`.
 pub(super) fn history_sk_at(at: DateTime<Utc>) -> String {
@@ -32,12 +32,12 @@ pub(super) fn history_sk_at(at: DateTime<Utc>) -> String {
 }
 
 /// The `pk` of a pool's item.
-pub fn pool_pk(pool: &PoolKey) -> String {
+pub(super) fn pool_pk(pool: &PoolKey) -> String {
     format!("POOL#{pool}")
 }
 
 /// The `pk` of an event's ledger item.
-pub fn event_pk(event_id: &str) -> String {
+pub(super) fn event_pk(event_id: &str) -> String {
     format!("EVENT#{event_id}")
 }
 
@@ -195,7 +195,7 @@ pub(super) fn history_item(entry: &HistoryEntry) -> impl Serialize {
 }
 
 /// A history item read back.
-pub fn decode_history(item: &Item) -> Result<HistoryEntry, PortError> {
+pub(super) fn decode_history(item: &Item) -> Result<HistoryEntry, PortError> {
     let Read(entry) = from_item(text(item, "sk").unwrap_or_default(), item)?;
     Ok(entry)
 }

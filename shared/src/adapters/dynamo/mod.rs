@@ -60,7 +60,6 @@ mod secret;
 mod testing;
 
 use codec::*;
-pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
 use expr::Expr;
 pub use secret::SecretKeys;
 
