@@ -116,14 +116,16 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().update(up).build())
     }
 
-    /// A transaction's put of `item` (`what` names it in errors), set further by `put`.
+    /// A transaction's put of the item of key `key` and attributes `item` (`what` names it in
+    /// errors), set further by `put`.
     pub(super) fn put(
         &self,
         what: &str,
-        item: impl Serialize,
+        (key, item): (Item, impl Serialize),
         put: impl FnOnce(PutBuilder) -> PutBuilder,
     ) -> Result<TransactWriteItem, PortError> {
-        let item = to_item(item).map_err(self.invalid(what))?;
+        let mut item = to_item(item).map_err(self.invalid(what))?;
+        item.extend(key);
         let put = put(Put::builder().table_name(&self.table).set_item(Some(item)));
         let put = put.build().map_err(self.invalid(what))?;
         Ok(TransactWriteItem::builder().put(put).build())

@@ -166,46 +166,33 @@ struct HistoryItem {
     expires_at: DateTime<Utc>,
 }
 
-/// A history item as written: its key, and the entry as [`HistoryItem`] says.
-#[derive(Serialize)]
-struct History {
-    pk: String,
-    sk: String,
-    #[serde(flatten, with = "HistoryItem")]
-    entry: HistoryEntry,
-}
+/// A history entry as [`HistoryItem`] says.
+#[derive(Serialize, Deserialize)]
+struct History(#[serde(with = "HistoryItem")] HistoryEntry);
 
-/// A history item as read.
-#[derive(Deserialize)]
-struct Read(#[serde(with = "HistoryItem")] HistoryEntry);
-
-/// The history item of `entry`.
-pub(super) fn history_item(entry: &HistoryEntry) -> impl Serialize {
+/// The key of `entry`'s history item, and its attributes.
+pub(super) fn history_item(entry: &HistoryEntry) -> (Item, impl Serialize) {
     let (at, id, instance) = (entry.at, &entry.event_id, &entry.instance_id);
-    History {
-        pk: pool_pk(&entry.pool),
-        // Sorts by event time within its pool.
-        sk: format!("{}#{id}#{instance}", history_sk_at(at)),
-        entry: HistoryEntry {
-            unavailable_until: entry.unavailable_until.map(ceil),
-            expires_at: ceil(entry.expires_at),
-            ..entry.clone()
-        },
-    }
+    // Sorts by event time within its pool.
+    let sk = format!("{}#{id}#{instance}", history_sk_at(at));
+    let key = item_key(&pool_pk(&entry.pool), &sk);
+    let entry = HistoryEntry {
+        unavailable_until: entry.unavailable_until.map(ceil),
+        expires_at: ceil(entry.expires_at),
+        ..entry.clone()
+    };
+    (key, History(entry))
 }
 
 /// A history item read back.
 pub(super) fn decode_history(item: &Item) -> Result<HistoryEntry, PortError> {
-    let Read(entry) = from_item(text(item, "sk").unwrap_or_default(), item)?;
+    let History(entry) = from_item(text(item, "sk").unwrap_or_default(), item)?;
     Ok(entry)
 }
 
-/// A ledger item: an applied event.
+/// A ledger item's attributes (its key apart): an applied event.
 #[derive(Serialize, Deserialize)]
 pub(super) struct LedgerItem {
-    pub(super) pk: String,
-    #[serde(skip_deserializing)]
-    pub(super) sk: &'static str,
     #[serde(skip_deserializing)]
     pub(super) kind: &'static str,
     #[serde(skip_deserializing)]

@@ -56,13 +56,12 @@ impl DynamoStore {
         key: &str,
     ) -> Result<TransactWriteItem, PortError> {
         let recorded = at.timestamp();
-        let item = LedgerItem {
-            pk: event_pk(key),
-            sk: EVENT_SK,
+        let attributes = LedgerItem {
             kind: kind.as_str(),
             recorded_at: recorded,
             expires_at: ceil_secs(at + Retention::default().ledger),
         };
+        let item = (item_key(&event_pk(key), EVENT_SK), attributes);
         // An expired entry (not yet deleted by the TTL) no longer counts as applied.
         self.put("the ledger put", item, |put| {
             put.condition_expression("attribute_not_exists(#pk) OR #exp <= :now")

@@ -160,8 +160,9 @@ impl PoolStore for DynamoStore {
         let keys = ids.keys().map(|pk| item_key(pk, EVENT_SK)).collect();
         let mut applied = HashSet::new();
         for item in self.batch_get(keys, "reading the ledger").await? {
-            let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
-            let live = ids.get(&entry.pk).filter(|_| entry.expires_at > now);
+            let pk = text(&item, "pk").unwrap_or("(ledger item)");
+            let entry: LedgerItem = from_item(pk, &item)?;
+            let live = ids.get(pk).filter(|_| entry.expires_at > now);
             applied.extend(live.map(|id| id.to_string()));
         }
         Ok(applied)

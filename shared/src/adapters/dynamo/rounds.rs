@@ -73,8 +73,6 @@ impl DynamoStore {
             let pending =
                 json_set(&rounds.pending).map_err(self.invalid("encoding pending instances"))?;
             let item = to_item(RoundsItem {
-                pk: pk.clone(),
-                sk: ROUND_SK.into(),
                 pending,
                 rounds: Some(Rounds {
                     pending: Vec::new(),
@@ -83,6 +81,8 @@ impl DynamoStore {
                 version: version + 1,
                 expires_at: expires(now),
             });
+            let mut item = item.map_err(self.invalid("encoding rounds"))?;
+            item.extend(item_key(&pk, ROUND_SK));
             let mut e = Expr::default();
             let v = e.name("version");
             let condition = match version {
@@ -90,7 +90,7 @@ impl DynamoStore {
                 _ => format!("{v} = {}", e.value("v", n(version))),
             };
             let written = (self.client.put_item().table_name(&self.table))
-                .set_item(Some(item.map_err(self.invalid("encoding rounds"))?))
+                .set_item(Some(item))
                 .condition_expression(condition)
                 .set_expression_attribute_names(Some(e.names))
                 .set_expression_attribute_values(Some(e.values).filter(|v| !v.is_empty()))
@@ -113,15 +113,11 @@ fn json_set(instances: &[Doomed]) -> serde_json::Result<Vec<String>> {
     instances.iter().map(serde_json::to_string).collect()
 }
 
-/// A rounds item, as written and read (`pk`, `sk` and `expires_at` written only; see the
-/// module's documentation).
+/// A rounds item's attributes (its key apart), as written and read (`expires_at` written
+/// only; see the module's documentation).
 #[serde_as]
 #[derive(Serialize, Deserialize)]
 struct RoundsItem {
-    #[serde(skip_deserializing)]
-    pk: String,
-    #[serde(skip_deserializing)]
-    sk: String,
     /// The rest of the [`Rounds`], as JSON.
     #[serde_as(as = "Option<JsonString>")]
     #[serde(default)]
