@@ -147,14 +147,11 @@ fn decode_rounds(pk: &str, item: &Item) -> Result<(Rounds, i64), PortError> {
     Ok((rounds, read.version))
 }
 
-/// An instance's outcome item, as written and read (`pk` and `expires_at` written only).
+/// An instance's outcome item's attributes (its key apart: `sk` is `OUTCOME#<instance id>`), as
+/// written and read (`expires_at` written only).
 #[serde_as]
 #[derive(Serialize, Deserialize)]
 struct OutcomeItem {
-    #[serde(skip_deserializing)]
-    pk: String,
-    /// `OUTCOME#<instance id>`.
-    sk: String,
     #[serde_as(as = "JsonString")]
     outcome: Outcome,
     #[serde(skip_deserializing)]
@@ -163,8 +160,9 @@ struct OutcomeItem {
 
 /// An outcome's item in the rounds of `pk` as read: its instance and outcome.
 fn decode_outcome(pk: &str, item: &Item) -> Result<(String, Outcome), PortError> {
-    let read: OutcomeItem = from_item(text(item, "sk").unwrap_or(pk), item)?;
-    let instance = read.sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(&read.sk);
+    let sk = text(item, "sk").unwrap_or(pk);
+    let read: OutcomeItem = from_item(sk, item)?;
+    let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
     Ok((instance.to_string(), read.outcome))
 }
 
@@ -226,12 +224,11 @@ impl TrafficRounds for DynamoStore {
         let puts = settled.outcomes.iter().map(|(id, outcome)| async move {
             let what = format!("writing {id}'s outcome in {pk}");
             let item = to_item(OutcomeItem {
-                pk: pk.clone(),
-                sk: format!("{OUTCOME_SK_PREFIX}{id}"),
                 outcome: outcome.clone(),
                 expires_at: expires,
             });
-            let item = item.map_err(self.invalid("encoding an outcome"))?;
+            let mut item = item.map_err(self.invalid("encoding an outcome"))?;
+            item.extend(item_key(pk, &format!("{OUTCOME_SK_PREFIX}{id}")));
             let put = self.client.put_item().table_name(&self.table);
             let written = put.set_item(Some(item)).send().await;
             written.map_err(|e| self.sdk_err(what, e)).map(drop)
@@ -295,12 +292,12 @@ mod tests {
         ]);
         let pk = "TRAFFIC#111111111111#us-east-1#c";
         let written = OutcomeItem {
-            pk: pk.into(),
-            sk: "OUTCOME#i-1".into(),
             outcome: outcome.clone(),
             expires_at: 1_700_003_600,
         };
-        assert_eq!(to_item(written).unwrap(), stored);
+        let mut written: HashMap<_, _> = to_item(written).unwrap();
+        written.extend(item_key(pk, "OUTCOME#i-1"));
+        assert_eq!(written, stored);
         assert_eq!(
             decode_outcome(pk, &stored).unwrap(),
             ("i-1".to_string(), outcome)
