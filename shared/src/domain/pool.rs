@@ -119,8 +119,7 @@ pub struct PoolMark {
 }
 
 /// The result of applying an update.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
     /// First time this event id was applied.
     Applied,
