@@ -135,15 +135,13 @@ impl Head {
 
 /// The lifecycle action of a hook's notification.
 #[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
 struct Action {
     #[serde(rename = "EC2InstanceId")]
     instance: InstanceId,
-    #[serde(rename = "LifecycleHookName")]
-    hook_name: Text,
-    #[serde(rename = "AutoScalingGroupName")]
-    asg_name: Text,
-    #[serde(rename = "LifecycleActionToken")]
-    token: Text,
+    lifecycle_hook_name: Text,
+    auto_scaling_group_name: Text,
+    lifecycle_action_token: Text,
 }
 
 impl Action {
@@ -151,9 +149,9 @@ impl Action {
     /// in `account` and `region` (where the group is; `None`: the deployment's own).
     fn parsed(self, kind: EventKind, account: Option<String>, region: Option<String>) -> Parsed {
         let action = LifecycleAction {
-            hook_name: self.hook_name.0,
-            asg_name: self.asg_name.0,
-            token: self.token.0,
+            hook_name: self.lifecycle_hook_name.0,
+            asg_name: self.auto_scaling_group_name.0,
+            token: self.lifecycle_action_token.0,
             account,
             region,
         };
@@ -229,7 +227,7 @@ pub(crate) fn notification(
         Err(why) => (synthetic_id(v), unsupported(why)),
         Ok(kind) => {
             let action: Action = f.read(v, "")?;
-            let id = format!("lifecycle-action:{}", action.token.0);
+            let id = format!("lifecycle-action:{}", action.lifecycle_action_token.0);
             (
                 id,
                 action.parsed(kind, head.account_id.clone(), region.clone()),

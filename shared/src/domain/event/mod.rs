@@ -328,9 +328,7 @@ pub fn is_instance_id(s: &str) -> bool {
 fn is_aws_id(s: &str, prefix: &str) -> bool {
     s.strip_prefix(prefix).is_some_and(|hex| {
         (hex.len() == 8 || hex.len() == 17)
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     })
 }
 
@@ -359,24 +357,18 @@ fn parse_rfc1123_as_aws_writes_it(s: &str) -> Option<DateTime<Utc>> {
         Some((w, rest)) => (Some(w.trim().parse::<Weekday>().ok()?), rest),
         None => (None, s),
     };
-    // day month year time zone
-    let mut parts: Vec<&str> = rest.split_ascii_whitespace().collect();
-    if parts.len() != 5 {
+    let words: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let [day, month, year, time, zone] = words[..] else {
+        return None;
+    };
+    // Its fraction of a second: 1 to 9 digits, the nanoseconds once padded to nine.
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    if !(1..=9).contains(&fraction.len()) || !fraction.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let mut nanos = 0;
-    if let Some((hms, fraction)) = parts[3].split_once('.') {
-        if !(1..=9).contains(&fraction.len()) || !fraction.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        // Nanoseconds: the fraction's digits padded to nine.
-        nanos = format!("{fraction:0<9}").parse().ok()?;
-        parts[3] = hms;
-    }
-    let t = DateTime::parse_from_rfc2822(&parts.join(" "))
-        .ok()?
-        .with_timezone(&Utc)
-        .with_nanosecond(nanos)?;
+    let nanos = format!("{fraction:0<9}").parse().ok()?;
+    let t = DateTime::parse_from_rfc2822(&format!("{day} {month} {year} {hms} {zone}")).ok()?;
+    let t = t.with_timezone(&Utc).with_nanosecond(nanos)?;
     if let Some(weekday) = weekday
         && weekday != t.weekday()
     {

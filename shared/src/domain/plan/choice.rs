@@ -72,14 +72,10 @@ pub(super) fn act(
         // says `stopped` or `terminated`.
         action = Action::CordonDrain;
     }
-    let until = lasts
-        .filter(|_| matches!(action, Action::Cordon | Action::CordonDrain))
-        .map(|d| event.time + d);
+    // Only a rule's cordon or drain lasts, and neither becomes another action above.
+    let until = lasts.map(|d| event.time + d);
     let record = record(event, &out.instance_id, until, rule.map(|r| r.name.clone()));
-    let already = action == Action::Cordon
-        && node.unschedulable
-        && tainted_by_us(node, config.taint_key_for(event.kind), config)
-        && record_holds(node, &record);
+    let already = action == Action::Cordon && cordoned(node, event, &record, config);
     let what = super::summary(event);
     out.reason = match action {
         _ if already => "already cordoned by forewarn".into(),
@@ -160,23 +156,19 @@ fn record(
     }
 }
 
-/// `node` carries forewarn's taint of key `key`: forewarn's own key (`config.taint_key`) is
-/// forewarn's whoever put it; another (NTH's) only when the node's cordon record lists it.
-fn tainted_by_us(node: &NodeFacts, key: &str, config: &Config) -> bool {
-    node.has_taint(key)
-        && (key == config.taint_key
-            || CordonRecord::of(node).is_some_and(|r| r.taints.iter().any(|k| k == key)))
-}
-
-/// The node's cordon record already says what this cordon would write (the node stays as it
-/// is); otherwise the cordon runs again to record the new reason.
-fn record_holds(node: &NodeFacts, new: &CordonRecord) -> bool {
-    let Some(existing) = CordonRecord::of(node) else {
-        // Cordoned by forewarn before records were kept, for a reason not known: it keeps its
-        // cordon as it is (a `cordon-for` must not give it an end).
-        return true;
-    };
-    new.after(Some(&existing)) == existing.unsigned()
+/// `node` is already as a cordon for `event` writing `new` would leave it: unschedulable, with
+/// forewarn's taint of the kind's key (forewarn's own key is forewarn's whoever put it; another,
+/// NTH's, only when the node's cordon record lists it), and a record that already says what
+/// `new` would (otherwise the cordon runs again to record the new reason).
+fn cordoned(node: &NodeFacts, event: &Event, new: &CordonRecord, config: &Config) -> bool {
+    let (key, existing) = (config.taint_key_for(event.kind), CordonRecord::of(node));
+    let listed = existing.iter().any(|r| r.taints.iter().any(|k| k == key));
+    node.unschedulable
+        && node.has_taint(key)
+        && (key == config.taint_key || listed)
+        // No record: cordoned by forewarn before records were kept, for a reason not known, it
+        // keeps its cordon as it is (a `cordon-for` must not give it an end).
+        && existing.is_none_or(|e| new.after(Some(&e)) == e.unsigned())
 }
 
 /// The update of an AWS Health scheduled change says it is over for this instance.
@@ -195,31 +187,27 @@ pub(super) fn way_back(out: &mut NodeAction, event: &Event, node: &NodeFacts, co
             && r.health_event.is_some()
             && r.health_event == *event_arn
     });
-    match record {
+    out.reason = match record {
         // A closed update older than the cordon it would undo is stale (a replay, or a late
         // delivery after a newer update cordoned again).
-        Some(record) if event.time < record.at => {
-            out.reason = format!(
-                "stale: the closed update ({}) is older than the cordon it would undo ({}): left \
-                 cordoned",
-                event.time.to_rfc3339(),
-                record.at.to_rfc3339()
-            );
-        }
+        Some(record) if event.time < record.at => format!(
+            "stale: the closed update ({}) is older than the cordon it would undo ({}): left \
+             cordoned",
+            event.time.to_rfc3339(),
+            record.at.to_rfc3339()
+        ),
         Some(record) => {
             out.action = Action::Uncordon;
-            out.reason = format!(
+            out.record = Some(record);
+            format!(
                 "AWS Health closed the scheduled change {}: undo forewarn's cordon",
                 event_arn.as_deref().unwrap_or_default()
-            );
-            out.record = Some(record);
+            )
         }
-        None => {
-            out.reason = "AWS Health closed the scheduled change; the node carries no cordon of \
-                          forewarn's for it: nothing to undo"
-                .into();
-        }
-    }
+        None => "AWS Health closed the scheduled change; the node carries no cordon of forewarn's \
+                 for it: nothing to undo"
+            .into(),
+    };
 }
 
 #[cfg(test)]

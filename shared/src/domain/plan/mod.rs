@@ -389,28 +389,22 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
     if launch {
         // The node is usually not there yet: the name it will have is the instance's private
         // DNS name (the name EKS and Karpenter give nodes on EC2).
-        out.node = out.node.or_else(|| {
-            instance
-                .and_then(|i| i.private_dns.clone())
-                .filter(|d| !d.is_empty())
-        });
+        let dns = instance.and_then(|i| i.private_dns.clone());
+        out.node = out.node.or(dns.filter(|d| !d.is_empty()));
+        let (what, deadline) = (summary(event), event.time + config.launch_timeout);
         out.reason = match lifecycle(event, config, member) {
             Ok(Some(action)) => {
-                let deadline = event.time + config.launch_timeout;
                 out.deadline = Some(deadline);
-                let reason = format!(
-                    "{}: complete the lifecycle action once node {} runs the instance and is \
+                out.complete_lifecycle = Some(action);
+                format!(
+                    "{what}: complete the lifecycle action once node {} runs the instance and is \
                      Ready (checked until {}, then left to the hook's own timeout)",
-                    summary(event),
                     out.node.as_deref().unwrap_or(&out.instance_id),
                     deadline.to_rfc3339()
-                );
-                out.complete_lifecycle = Some(action);
-                reason
+                )
             }
             Ok(None) => format!(
-                "{}: the lifecycle hooks setting is off, the hook is left to its timeout",
-                summary(event)
+                "{what}: the lifecycle hooks setting is off, the hook is left to its timeout"
             ),
             Err(why) => why,
         };

@@ -9,7 +9,7 @@
 //! pool's recommendations were followed, over at least [`Adaptive::min_samples`] of them, and
 //! otherwise does [`Adaptive::otherwise`] (`cordon-for 30m` by default).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -121,7 +121,8 @@ impl Adaptive {
 
 /// Per pool, the recommendations in `[since, now]` whose outcome is known and how many a spot
 /// interruption of the same instance followed within `window`. A recommendation repeated for
-/// an instance within the window of its first counts once.
+/// an instance within the window of its first counts once (a recommendation recorded twice,
+/// at its one time, among them).
 pub fn followed(
     history: &[HistoryEntry],
     window: Duration,
@@ -134,33 +135,24 @@ pub fn followed(
             interruptions.entry(&e.instance_id).or_default().push(e.at);
         }
     }
-    let mut recommendations: Vec<&HistoryEntry> = history
-        .iter()
-        .filter(|e| e.kind == EventKind::RebalanceRecommendation)
-        .filter(|e| e.at >= since && e.at <= now)
+    let mut recommendations: Vec<&HistoryEntry> = (history.iter())
+        .filter(|e| e.kind == EventKind::RebalanceRecommendation && (since..=now).contains(&e.at))
         .collect();
     recommendations.sort_by_key(|e| (e.instance_id.as_str(), e.at));
-    let mut counted_until: BTreeMap<&str, DateTime<Utc>> = BTreeMap::new();
-    let mut seen_events: BTreeSet<&str> = BTreeSet::new();
+    // The instance of the last recommendation counted, and the end of its window.
+    let mut counted: Option<(&str, DateTime<Utc>)> = None;
     let mut out: BTreeMap<PoolKey, Followed> = BTreeMap::new();
     for r in recommendations {
-        if !seen_events.insert(&r.event_id) {
+        let (instance, until) = (r.instance_id.as_str(), r.at + window);
+        let was_followed = (interruptions.get(instance))
+            .is_some_and(|ts| ts.iter().any(|t| (r.at..=until).contains(t)));
+        let repeat = counted.is_some_and(|(i, end)| i == instance && r.at <= end);
+        // Not counted: a repeat within the window of the one counted before it, or one not
+        // followed whose window is still open (its outcome is not known yet).
+        if repeat || (!was_followed && now < until) {
             continue;
         }
-        if counted_until
-            .get(r.instance_id.as_str())
-            .is_some_and(|until| r.at <= *until)
-        {
-            continue;
-        }
-        let was_followed = interruptions
-            .get(r.instance_id.as_str())
-            .is_some_and(|ts| ts.iter().any(|t| *t >= r.at && *t <= r.at + window));
-        if !was_followed && now < r.at + window {
-            // Its window is still open: not known yet.
-            continue;
-        }
-        counted_until.insert(&r.instance_id, r.at + window);
+        counted = Some((instance, until));
         let f = out.entry(r.pool.clone()).or_default();
         f.recommendations += 1;
         f.followed += u32::from(was_followed);
@@ -205,6 +197,8 @@ mod tests {
             // Not followed: the interruption comes after the window.
             entry(R, "r2", "i-2", "2026-11-02T10:00:00Z", "m5.large"),
             entry(S, "s2", "i-2", "2026-11-02T11:00:00Z", "m5.large"),
+            // Recorded twice (one event in two reads of the history): counted once.
+            entry(R, "r2", "i-2", "2026-11-02T10:00:00Z", "m5.large"),
             // Another instance's interruption does not follow it.
             entry(R, "r3", "i-3", "2026-11-03T10:00:00Z", "m5.large"),
             entry(S, "s3", "i-9", "2026-11-03T10:05:00Z", "m5.large"),
