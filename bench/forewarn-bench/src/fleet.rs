@@ -233,7 +233,7 @@ fn clusters_header(s: &Settings, mode: RunMode) -> String {
          t = 0, one queue consumed as the event source mapping scales (5 concurrent batches at \
          first, 300 more a minute, up to {inv}) in batches of {batch} messages, each cluster's API \
          server at {rps} requests/s ({lat} ms latency), {pods} pods per node with {grace} s \
-         grace periods, drains carried on by continuations (as deployed). {overrides}\n\n\
+         grace periods, drains carried on by continuations (as deployed). {aws} {overrides}\n\n\
          | run | cluster | every node cordoned | × the cluster alone | goal | fully handled by 120 s |\n\
          |---|---|---|---|---|---|\n",
         n = s.nodes,
@@ -243,6 +243,7 @@ fn clusters_header(s: &Settings, mode: RunMode) -> String {
         lat = s.server.latency_ms,
         pods = s.pods_per_node,
         grace = s.grace_seconds,
+        aws = mass::aws_line(s),
         overrides = mass::overrides_line(s, mode),
     )
 }
@@ -322,13 +323,14 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
          groups are the deployment's: with an organization, each account's warnings (its \
          route's) and continuations in the account's group; without one, the warnings in none \
          and each cluster's continuations in the cluster's. The quiet cluster's figures from \
-         its own warnings, against the quiet cluster alone. \
+         its own warnings, against the quiet cluster alone. {aws} \
          {overrides}\n\n\
          | clusters in | quiet cluster | alone | beside the loud one | × alone | goal |\n|---|---|---|---|---|---|\n{rows}\n{handled}",
         loud = args.loud_nodes,
         quiet = args.quiet_nodes,
         inv = s.invocations,
         rps = s.server.server_rps,
+        aws = mass::aws_line(s),
         overrides = mass::overrides_line(s, mode),
     ))
 }

@@ -103,10 +103,22 @@ pub struct Settings {
     #[arg(long, default_value_t = 30)]
     pub elb_latency_ms: u64,
     /// EC2's latency per `DescribeInstances` call (of up to 200 instances, one after another
-    /// as the handler's adapter sends them), in milliseconds; 0: the runs of several clusters
-    /// and accounts look instances up at once.
-    #[arg(long, default_value_t = 0)]
+    /// as the handler's adapter sends them), in milliseconds.
+    #[arg(long, default_value_t = 100)]
     pub ec2_latency_ms: u64,
+    /// EC2's request rate limit of `DescribeInstances` in each account and region, shared by
+    /// every execution environment: calls a second (refill) and at once (bucket), EC2's
+    /// documented defaults for a non-mutating action ("Request throttling for the Amazon EC2
+    /// API"); 0: none. A call beyond it waits for its token (as if its retries were exact:
+    /// the SDK's backoff with jitter waits longer, or fails the lookup).
+    #[arg(long, default_value_t = 20.0)]
+    pub ec2_rate: f64,
+    #[arg(long, default_value_t = 100)]
+    pub ec2_bucket: u32,
+    /// SQS's latency per `SendMessage` (a drain's continuation, a warning sent back), in
+    /// milliseconds.
+    #[arg(long, default_value_t = 10)]
+    pub sqs_latency_ms: u64,
 }
 
 /// The mass benchmark's command line: its settings, and where to draw its figure.
@@ -367,12 +379,6 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
             out.push(format!("`{name}`={value} (deployed: {deployed})"));
         }
     }
-    if s.ec2_latency_ms > 0 {
-        out.push(format!(
-            "EC2 `DescribeInstances` {} ms a call (modelled: none)",
-            s.ec2_latency_ms
-        ));
-    }
     if !s.triage {
         out.push("triage by cluster off (deployed: on)".into());
     }
@@ -383,6 +389,23 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The line that says how AWS answers in a run (EC2's lookups, SQS's sends).
+pub(crate) fn aws_line(s: &Settings) -> String {
+    let limit = if s.ec2_rate > 0.0 {
+        format!(
+            "at most {}/s and {} at once in each account (EC2's request throttle of a \
+             non-mutating call; a call beyond it waits for its token)",
+            s.ec2_rate, s.ec2_bucket
+        )
+    } else {
+        "no rate limit".into()
+    };
+    format!(
+        "AWS: EC2's `DescribeInstances` {} ms a call, {limit}; SQS's `SendMessage` {} ms.",
+        s.ec2_latency_ms, s.sqs_latency_ms
+    )
 }
 
 /// The line that lists a run's [`overrides`].
@@ -484,7 +507,7 @@ fn header(s: &Settings) -> String {
          evicted pods take {} s to go (their grace period). {} pods to evict ({} per node); {} pairs of pods on two nodes \
          behind a PodDisruptionBudget with `maxUnavailable: 1` ({} pods). Client-side limit: {}. \
          Each warning at t = 0; its instance goes at t = 120 s. The queue: failed messages invisible for 900 s unless \
-         the handler changes that; continuations delayed as sent, in whole seconds as SQS takes them. {}\n\n\
+         the handler changes that; continuations delayed as sent, in whole seconds as SQS takes them. {} {}\n\n\
          | measure | continuation drains (as deployed) | in-process drain (`off`, baseline) | bound |\n|---|---|---|---|\n",
         s.nodes,
         s.batch,
@@ -496,6 +519,7 @@ fn header(s: &Settings) -> String {
         pdb_pairs,
         pdb_pairs * 2,
         client,
+        aws_line(s),
         overrides_line(
             s,
             RunMode {
@@ -1034,12 +1058,12 @@ pub(crate) async fn fleet_run(
         cluster: (members.len() == 1).then(|| ClusterId::at(&Place::default(), &members[0].name)),
         ..config_of(mode)
     };
-    let queue = Arc::new(Queue::default());
+    let queue = Arc::new(Queue::sending_in(Duration::from_millis(s.sqs_latency_ms)));
     let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
     // The account's load balancers (one cluster's runs only).
     let elb =
         (s.target_groups > 0 && members.len() == 1).then(|| Arc::new(elb_account(s, &instances)));
-    let instances = Accounts::of(members, instances, Duration::from_millis(s.ec2_latency_ms));
+    let instances = Accounts::of(members, instances, s);
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
     let environment = || {
@@ -1182,12 +1206,17 @@ fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
 
 /// The instances of every account of a run, each described in its own account: those of an
 /// account in `denied` are refused there, as a member role denying `ec2:DescribeInstances`
-/// refuses them (a permanent failure).
+/// refuses them (a permanent failure). Each call answers after EC2's latency, and after its
+/// token of the account's request rate limit (`--ec2-rate`, `--ec2-bucket`).
 struct Accounts {
     known: SnapshotInstances,
     denied: BTreeSet<String>,
     /// Each `DescribeInstances` call's latency.
     latency: Duration,
+    /// Calls a second and at once, in each account (`None`: no limit).
+    limit: Option<(f64, f64)>,
+    /// Each account's tokens (the own account's under `None`), when they were counted.
+    buckets: Mutex<BTreeMap<Option<String>, (f64, Instant)>>,
 }
 
 impl Accounts {
@@ -1195,7 +1224,7 @@ impl Accounts {
     fn of(
         members: &[Member],
         instances: BTreeMap<String, InstanceFacts>,
-        latency: Duration,
+        s: &Settings,
     ) -> Arc<dyn forewarn::ports::InstanceDirectory> {
         let denied = members
             .iter()
@@ -1205,8 +1234,25 @@ impl Accounts {
         Arc::new(Accounts {
             known: SnapshotInstances(instances),
             denied,
-            latency,
+            latency: Duration::from_millis(s.ec2_latency_ms),
+            limit: (s.ec2_rate > 0.0).then_some((s.ec2_rate, f64::from(s.ec2_bucket.max(1)))),
+            buckets: Mutex::default(),
         })
+    }
+
+    /// How long `calls` in `account` wait for their tokens, taken now (reservations: the
+    /// count may go below zero, a later call waits behind an earlier one).
+    fn wait(&self, account: Option<&String>, calls: u32) -> Duration {
+        let Some((rate, bucket)) = self.limit else {
+            return Duration::ZERO;
+        };
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap();
+        let (tokens, at) = buckets.entry(account.cloned()).or_insert((bucket, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(bucket);
+        *tokens -= f64::from(calls);
+        *at = now;
+        Duration::from_secs_f64((-*tokens).max(0.0) / rate)
     }
 }
 
@@ -1218,7 +1264,8 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
         let calls = ids.len().div_ceil(200).max(1) as u32;
-        tokio::time::sleep(self.latency * calls).await;
+        let wait = self.wait(place.account.as_ref(), calls);
+        tokio::time::sleep(wait + self.latency * calls).await;
         match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
             Some(account) => Err(forewarn::ports::PortError::new(
                 "ec2",
@@ -1226,6 +1273,28 @@ impl forewarn::ports::InstanceDirectory for Accounts {
                 format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),
             )),
             None => self.known.describe(place, ids).await,
+        }
+    }
+
+    /// As EC2 pages them: 1,000 a call.
+    async fn cluster_instances(
+        &self,
+        place: &forewarn::ports::Place,
+        cluster: &str,
+    ) -> Result<BTreeSet<String>, forewarn::ports::PortError> {
+        let ids = self.known.cluster_instances(place, cluster).await?;
+        let ids = ids.into_iter().take(forewarn::ports::CLUSTER_INSTANCES_MAX);
+        let ids: BTreeSet<String> = ids.collect();
+        let calls = ids.len().div_ceil(1000).max(1) as u32;
+        let wait = self.wait(place.account.as_ref(), calls);
+        tokio::time::sleep(wait + self.latency * calls).await;
+        match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
+            Some(account) => Err(forewarn::ports::PortError::new(
+                "ec2",
+                forewarn::ports::FailureKind::Forbidden,
+                format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),
+            )),
+            None => Ok(ids),
         }
     }
 }

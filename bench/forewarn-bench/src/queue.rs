@@ -69,6 +69,18 @@ pub(crate) type Received = (u64, String, u32);
 #[derive(Default)]
 pub(crate) struct Queue {
     state: Mutex<State>,
+    /// How long the handler's `SendMessage` (a continuation, a warning sent back) takes.
+    send_latency: Duration,
+}
+
+impl Queue {
+    /// A queue whose `SendMessage` from the handler takes `latency`.
+    pub(crate) fn sending_in(latency: Duration) -> Queue {
+        Queue {
+            send_latency: latency,
+            ..Queue::default()
+        }
+    }
 }
 
 #[derive(Default)]
@@ -200,6 +212,7 @@ impl ContinuationQueue for Queue {
         body: &str,
         delay: Duration,
     ) -> Result<(), PortError> {
+        tokio::time::sleep(self.send_latency).await;
         self.send(body.to_string(), Some(group), delay);
         Ok(())
     }

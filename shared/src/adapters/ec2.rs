@@ -1,7 +1,7 @@
 //! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch (the
 //! sweeper's look at leaving instances and `DescribeInstanceStatus` is `adapters::leaving`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
@@ -13,9 +13,10 @@ use crate::adapters::aws::call_error;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::domain::facts::CLUSTER_TAG_PREFIX;
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts};
 use crate::domain::pool::{CapacityType, ZoneIds};
-use crate::ports::{InstanceDirectory, Place, PortError};
+use crate::ports::{CLUSTER_INSTANCES_MAX, InstanceDirectory, Place, PortError};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 /// EC2 accepts at most 200 values in one filter.
@@ -119,6 +120,33 @@ impl InstanceDirectory for Ec2Directory {
             found.extend(self.query(place, &client, vec![ids.build()]).await?);
         }
         Ok(found)
+    }
+
+    /// `DescribeInstances` filtered on the tag key and the running state, 1,000 a page, until
+    /// [`CLUSTER_INSTANCES_MAX`].
+    async fn cluster_instances(
+        &self,
+        place: &Place,
+        cluster: &str,
+    ) -> Result<BTreeSet<String>, PortError> {
+        const CALL: &str = "ec2:DescribeInstances";
+        let client = self.places.client_for(place, CALL).await?;
+        let filter = |name: &str, value: String| Filter::builder().name(name).values(value).build();
+        let mut pages = (client.describe_instances())
+            .filters(filter("tag-key", format!("{CLUSTER_TAG_PREFIX}{cluster}")))
+            .filters(filter("instance-state-name", "running".into()))
+            .max_results(1000)
+            .into_paginator()
+            .send();
+        let mut ids = BTreeSet::new();
+        while ids.len() < CLUSTER_INSTANCES_MAX
+            && let Some(page) = pages.next().await
+        {
+            let page = page.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
+            let instances = page.reservations().iter().flat_map(|r| r.instances());
+            ids.extend(instances.filter_map(|i| i.instance_id().map(str::to_string)));
+        }
+        Ok(ids)
     }
 
     /// One `DescribeCapacityReservations` of the reservation (EC2 answers

@@ -3,7 +3,7 @@
 //! JSON `kubectl get deploy,sts,rs,pods,pdb,priorityclasses,nodes -A -o json` prints, read into
 //! the audit's view of the workloads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -428,6 +428,22 @@ impl InstanceDirectory for SnapshotInstances {
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         Ok(known_of(&self.0, instance_ids))
+    }
+
+    /// The captured instances tagged for `cluster`.
+    async fn cluster_instances(
+        &self,
+        _place: &Place,
+        cluster: &str,
+    ) -> Result<BTreeSet<String>, PortError> {
+        let tag = format!("{}{cluster}", crate::domain::facts::CLUSTER_TAG_PREFIX);
+        let ours = |(_, i): &(&String, &InstanceFacts)| i.tags.contains_key(&tag);
+        Ok(self
+            .0
+            .iter()
+            .filter(ours)
+            .map(|(id, _)| id.clone())
+            .collect())
     }
 
     /// The captured instances that run in the reservation, and the block's type and zone as

@@ -382,6 +382,36 @@ fn from_queue(bodies: &[String]) -> serde_json::Value {
     serde_json::json!({ "Records": records })
 }
 
+/// The instances, with the ids of every lookup made (each call's).
+struct Lookups(Instances, std::sync::Mutex<Vec<Vec<String>>>);
+
+impl Lookups {
+    /// The lookups made since the last look.
+    fn take(&self) -> Vec<Vec<String>> {
+        std::mem::take(&mut *self.1.lock().unwrap())
+    }
+}
+
+#[async_trait]
+impl forewarn::ports::InstanceDirectory for Lookups {
+    async fn describe(
+        &self,
+        place: &Place,
+        ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
+        self.1.lock().unwrap().push(ids.to_vec());
+        self.0.describe(place, ids).await
+    }
+
+    async fn cluster_instances(
+        &self,
+        place: &Place,
+        cluster: &str,
+    ) -> Result<std::collections::BTreeSet<String>, forewarn::ports::PortError> {
+        self.0.cluster_instances(place, cluster).await
+    }
+}
+
 /// Triage of a busy cluster (issue 59): after a burst of blue's new warnings (more than one in
 /// a batch), blue's new warnings go back to the queue at once, marked triaged, in blue's
 /// message group, while green's of the same batch are worked on; read again, they are worked
@@ -400,10 +430,13 @@ async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_whe
         assert_eq!(inv.response["batchItemFailures"], serde_json::json!([]));
         inv.reports.iter().map(|r| r.outcome).collect()
     };
+    let lookups = Arc::new(Lookups(Two::instances(), Default::default()));
+    handler.instances = lookups.clone();
     let burst = [warning("b1", BLUE_ID), warning("b2", BLUE_ID)];
     let inv = handler.invoke(from_queue(&burst), None).await.unwrap();
     assert!(!outcomes(&inv).contains(&Outcome::Requeued), "{inv:#?}");
     assert!(queue.sent.lock().unwrap().is_empty());
+    assert_eq!(lookups.take(), [vec![BLUE_ID.to_string()]]);
 
     let (b3, b4) = (warning("b3", BLUE_ID), warning("b4", BLUE_ID));
     let mixed = [b3.clone(), warning("g1", GREEN_ID), b4.clone()];
@@ -415,6 +448,8 @@ async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_whe
     assert!(unschedulable(&two.green));
     let why = inv.reports[0].reason.as_deref().unwrap_or_default();
     assert!(why.contains("a burst of its new warnings"), "{why}");
+    // Blue's instances, listed after its burst, know its warnings: only green's looked up.
+    assert_eq!(lookups.take(), [vec![GREEN_ID.to_string()]]);
     let sent: Vec<String> = queue
         .sent
         .lock()

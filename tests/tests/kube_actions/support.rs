@@ -481,6 +481,17 @@ impl forewarn::ports::InstanceDirectory for Instances {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
+
+    /// Those tagged for `cluster`.
+    async fn cluster_instances(
+        &self,
+        _place: &forewarn::ports::Place,
+        cluster: &str,
+    ) -> Result<std::collections::BTreeSet<String>, forewarn::ports::PortError> {
+        let tag = format!("{}{cluster}", forewarn::domain::facts::CLUSTER_TAG_PREFIX);
+        let ours = self.0.iter().filter(|(_, i)| i.tags.contains_key(&tag));
+        Ok(ours.map(|(id, _)| id.clone()).collect())
+    }
 }
 
 /// Serves `app` on a loopback port; returns its URL.

@@ -10,7 +10,7 @@
 //! for a list), and stays connected; a cluster that cannot be reached fails its own records
 //! (they come back) and is tried again with the next batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub mod split;
@@ -23,7 +23,8 @@ use crate::app::policy::PolicyCache;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::ports::{
-    BoxError, Clock, ClusterCatalog, Executor, FailureKind, NoNodes, NodeDirectory, PortError,
+    BoxError, Clock, ClusterCatalog, Executor, FailureKind, InstanceDirectory, NoNodes,
+    NodeDirectory, PortError,
 };
 
 /// How long the list of every cluster (`*`) is used before it is read again.
@@ -127,7 +128,13 @@ pub struct Fleet {
     troubled: std::sync::Mutex<BTreeMap<String, (DateTime<Utc>, bool)>>,
     /// The clusters busy in this execution environment, until when (see [`Fleet::busy`]).
     busy: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
+    /// Busy clusters' running instances as this execution environment listed them, and when
+    /// (see [`Fleet::know`]).
+    known: std::sync::Mutex<BTreeMap<ClusterId, Listed>>,
 }
+
+/// A cluster's running instances as listed, and when (see [`Fleet::know`]).
+type Listed = (DateTime<Utc>, Arc<BTreeSet<String>>);
 
 /// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
 /// not say), sorted, none twice. A place whose list cannot be read keeps its clusters of
@@ -204,6 +211,7 @@ impl Fleet {
             listed: Default::default(),
             troubled: Default::default(),
             busy: Default::default(),
+            known: Default::default(),
         }
     }
 
@@ -315,6 +323,53 @@ impl Fleet {
         busy.insert(name.to_string(), now + crate::ports::span(triage::HOLD));
     }
 
+    /// Lists the running instances of cluster `id` (a burst of its new warnings was here,
+    /// see [`Fleet::burst`]) from `instances`, unless listed here less than
+    /// [`triage::KNOWN_FOR`] ago: while it is busy, its new warnings are known by them without
+    /// a lookup ([`Fleet::busy_with`]). A list that fails is logged, and its warnings are looked
+    /// up as any.
+    pub async fn know(
+        &self,
+        id: &ClusterId,
+        instances: &dyn InstanceDirectory,
+        now: DateTime<Utc>,
+    ) {
+        let fresh =
+            |(at, _): &(DateTime<Utc>, _)| now - *at < crate::ports::span(triage::KNOWN_FOR);
+        let known = || self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if known().get(id).is_some_and(fresh) {
+            return;
+        }
+        match instances.cluster_instances(&id.place, &id.name).await {
+            Ok(ids) => {
+                let mut known = known();
+                known.retain(|_, listed| fresh(listed));
+                known.insert(id.clone(), (now, Arc::new(ids)));
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %id, error = %e, "a busy cluster's instances could not be listed")
+            }
+        }
+    }
+
+    /// The cluster busy `now` whose running instances as listed here (see [`Fleet::know`])
+    /// hold every one of `instance_ids`, of an event of `place` (see [`Place::holds`]).
+    pub fn busy_with(
+        &self,
+        place: &Place,
+        instance_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> Option<ClusterId> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let holds = |(id, (_, ids)): &(&ClusterId, &Listed)| {
+            id.place.holds(place, &self.own)
+                && !instance_ids.is_empty()
+                && instance_ids.iter().all(|i| ids.contains(i))
+                && self.busy(&id.to_string(), now)
+        };
+        known.iter().find(holds).map(|(id, _)| id.clone())
+    }
+
     /// How a share of cluster `name` went: `failed_whole` (every record failed, and may pass)
     /// puts the cluster in trouble as of `now`; anything done clears it.
     pub fn record_outcome(&self, name: &str, failed_whole: bool, now: DateTime<Utc>) {
@@ -407,6 +462,67 @@ mod tests {
         let one = Fleet::one(Cluster::none());
         one.burst("a", now);
         assert!(!one.busy("a", now));
+    }
+
+    /// What lists a cluster's instances, counting its calls.
+    struct Lists(AtomicUsize);
+
+    #[async_trait]
+    impl InstanceDirectory for Lists {
+        async fn describe(
+            &self,
+            _: &Place,
+            _: &[String],
+        ) -> Result<BTreeMap<String, crate::domain::facts::InstanceFacts>, PortError> {
+            unreachable!("a list is no lookup")
+        }
+
+        async fn cluster_instances(
+            &self,
+            place: &Place,
+            cluster: &str,
+        ) -> Result<BTreeSet<String>, PortError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            assert_eq!((place, cluster), (&own(), "a"));
+            Ok(BTreeSet::from(["i-1".to_string(), "i-2".to_string()]))
+        }
+    }
+
+    /// A busy cluster's running instances, listed once a while, know its warnings while it is
+    /// busy: those whose every instance it holds, in its place.
+    #[tokio::test]
+    async fn a_busy_clusters_listed_instances_know_its_warnings_while_it_is_busy() {
+        let now = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
+        let fleet = Fleet::many(None, vec![], Arc::new(Connects(AtomicUsize::new(0))));
+        let a = ClusterId::at(&own(), "a");
+        let lists = Lists(AtomicUsize::new(0));
+        let ids = |ids: &[&str]| ids.iter().map(ToString::to_string).collect::<Vec<_>>();
+        fleet.know(&a, &lists, now).await;
+        assert_eq!(
+            fleet.busy_with(&own(), &ids(&["i-1"]), now),
+            None,
+            "not busy"
+        );
+        fleet.burst(&a.to_string(), now);
+        assert_eq!(
+            fleet.busy_with(&own(), &ids(&["i-1", "i-2"]), now),
+            Some(a.clone())
+        );
+        assert_eq!(fleet.busy_with(&own(), &ids(&["i-1", "i-3"]), now), None);
+        assert_eq!(fleet.busy_with(&own(), &[], now), None);
+        assert_eq!(
+            fleet.busy_with(&member(), &ids(&["i-1"]), now),
+            None,
+            "another place"
+        );
+        let hold = crate::ports::span(triage::HOLD);
+        assert_eq!(fleet.busy_with(&own(), &ids(&["i-1"]), now + hold), None);
+        // Listed again only once the list is older than KNOWN_FOR.
+        let known_for = crate::ports::span(triage::KNOWN_FOR);
+        fleet.know(&a, &lists, now + known_for - hold).await;
+        assert_eq!(lists.0.load(Ordering::SeqCst), 1);
+        fleet.know(&a, &lists, now + known_for).await;
+        assert_eq!(lists.0.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
