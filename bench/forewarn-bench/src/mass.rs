@@ -1254,6 +1254,26 @@ impl Accounts {
         *at = now;
         Duration::from_secs_f64((-*tokens).max(0.0) / rate)
     }
+
+    /// Answers `calls` in `place` as EC2 would: after their tokens and its latency, refused in
+    /// a denying account.
+    async fn call(
+        &self,
+        place: &forewarn::ports::Place,
+        calls: usize,
+    ) -> Result<(), forewarn::ports::PortError> {
+        let calls = calls.max(1) as u32;
+        let wait = self.wait(place.account.as_ref(), calls);
+        tokio::time::sleep(wait + self.latency * calls).await;
+        match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
+            Some(account) => Err(forewarn::ports::PortError::new(
+                "ec2",
+                forewarn::ports::FailureKind::Forbidden,
+                format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 #[async_trait]
@@ -1263,17 +1283,8 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         place: &forewarn::ports::Place,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
-        let calls = ids.len().div_ceil(200).max(1) as u32;
-        let wait = self.wait(place.account.as_ref(), calls);
-        tokio::time::sleep(wait + self.latency * calls).await;
-        match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
-            Some(account) => Err(forewarn::ports::PortError::new(
-                "ec2",
-                forewarn::ports::FailureKind::Forbidden,
-                format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),
-            )),
-            None => self.known.describe(place, ids).await,
-        }
+        self.call(place, ids.len().div_ceil(200)).await?;
+        self.known.describe(place, ids).await
     }
 
     /// As EC2 pages them: 1,000 a call.
@@ -1285,17 +1296,8 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         let ids = self.known.cluster_instances(place, cluster).await?;
         let ids = ids.into_iter().take(forewarn::ports::CLUSTER_INSTANCES_MAX);
         let ids: BTreeSet<String> = ids.collect();
-        let calls = ids.len().div_ceil(1000).max(1) as u32;
-        let wait = self.wait(place.account.as_ref(), calls);
-        tokio::time::sleep(wait + self.latency * calls).await;
-        match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
-            Some(account) => Err(forewarn::ports::PortError::new(
-                "ec2",
-                forewarn::ports::FailureKind::Forbidden,
-                format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),
-            )),
-            None => Ok(ids),
-        }
+        self.call(place, ids.len().div_ceil(1000)).await?;
+        Ok(ids)
     }
 }
 
