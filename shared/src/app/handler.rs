@@ -260,11 +260,10 @@ impl Handler {
         busy: &BTreeMap<usize, ClusterId>,
         mut work: Work,
     ) -> (BTreeMap<Destination, Share>, Described, Work) {
-        let rest: Vec<Record> = (records.iter().enumerate())
+        let rest = (records.iter().enumerate())
             .filter(|(position, _)| !busy.contains_key(position))
-            .map(|(_, record)| record.clone())
-            .collect();
-        let events = crate::app::pipeline::looked_up_events(&rest);
+            .map(|(_, record)| record);
+        let events = crate::app::pipeline::looked_up_events(rest);
         let lookup = describe_events(self.instances.as_ref(), &events, known);
         let looked_up = until(self.clock.as_ref(), work.deadline, lookup).await;
         let out_of_time = PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);

@@ -87,9 +87,8 @@ impl Described {
 
 /// The events of `records` whose instances are looked up: decoded, supported, and not a drain's
 /// later pass (which carries its plan).
-pub fn looked_up_events(records: &[Record]) -> Vec<&Event> {
-    records
-        .iter()
+pub fn looked_up_events<'a>(records: impl IntoIterator<Item = &'a Record>) -> Vec<&'a Event> {
+    (records.into_iter())
         .filter(|r| r.continuation.is_none())
         .filter_map(|r| r.event.as_ref().ok())
         .filter(|e| e.kind != crate::domain::event::EventKind::Unsupported)
