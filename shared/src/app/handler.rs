@@ -176,11 +176,14 @@ impl Handler {
                 known || (cluster.as_deref()).is_some_and(|c| self.fleet.busy(c, self.clock.now()));
             let own = triage::new_warnings(&share);
             let burst = takes.is_some() && own > 1 && own == new_warnings;
-            // A burst's cluster: its instances listed, to know its next warnings by.
+            // A burst's cluster: its instances listed, to know its next warnings by (within the
+            // batch's time: a list EC2 throttles never holds the batch's answer past it).
             let knowing = async {
                 if let Some(id) = id.filter(|_| burst) {
-                    let instances = self.instances.as_ref();
-                    self.fleet.know(id, instances, self.clock.now()).await;
+                    let know = self
+                        .fleet
+                        .know(id, self.instances.as_ref(), self.clock.now());
+                    until(self.clock.as_ref(), work.deadline, know).await;
                 }
             };
             let (share, later) = match takes {
