@@ -7,7 +7,7 @@
 //! lives with its consumer: `app::audit` (workloads), `app::leaving` (leaving instances),
 //! `app::priorities` (node groups).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 
@@ -289,17 +289,17 @@ pub trait InstanceDirectory: Send + Sync {
         Ok(CapacityBlock::default())
     }
 
-    /// The running instances tagged `kubernetes.io/cluster/<cluster>` in the account and region
-    /// of `place`, up to [`CLUSTER_INSTANCES_MAX`] (EC2: `DescribeInstances` filtered on the tag,
-    /// at most 5 pages): what triage knows a busy cluster's warnings by without looking each
-    /// batch up (see [`crate::app::fleet::triage`]). A directory that cannot list answers none.
+    /// The facts of the running instances tagged `kubernetes.io/cluster/<cluster>` in the
+    /// account and region of `place`, up to [`CLUSTER_INSTANCES_MAX`] (EC2: `DescribeInstances`
+    /// filtered on the tag, at most 5 pages): what a mass interruption's lookups are answered
+    /// from (see [`crate::app::fleet::Fleet::know`]). A directory that cannot list answers none.
     async fn cluster_instances(
         &self,
         place: &Place,
         cluster: &str,
-    ) -> Result<BTreeSet<String>, PortError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         let _ = (place, cluster);
-        Ok(BTreeSet::new())
+        Ok(BTreeMap::new())
     }
 }
 

@@ -181,6 +181,24 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
                 (false, "us-east-1"), // describe(no place)
             ]
         );
+
+        // A mass interruption's list of the member's cluster (see `Fleet::know`): its running
+        // instances with their facts, in that account only; one terminated is not listed.
+        let other = Launch::spot("demo").zone("eu-west-1b");
+        let gone = launch(&member_ec2, &image, &other).await.unwrap().id;
+        let terminate = member_ec2.terminate_instances().instance_ids(&gone).send();
+        terminate.await.unwrap();
+        let listed = directory.cluster_instances(&member, "demo").await.unwrap();
+        assert_eq!(listed[&launched.id], *facts);
+        assert!(!listed.contains_key(&gone), "{listed:#?}");
+        assert!(
+            listed
+                .values()
+                .all(|i| i.state.as_deref() == Some("running"))
+        );
+        let own = place(OWN, "eu-west-1");
+        let own = directory.cluster_instances(&own, "demo").await.unwrap();
+        assert!(!own.contains_key(&launched.id));
     });
 }
 

@@ -106,6 +106,11 @@ pub struct Settings {
     /// as the handler's adapter sends them), in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub ec2_latency_ms: u64,
+    /// EC2's time to answer each instance a call describes, over its latency, in
+    /// microseconds: a page of 1,000 (a cluster's list) takes a second more than a lookup of
+    /// ten (an assumption: EC2 documents no figure; its responses grow with the instances).
+    #[arg(long, default_value_t = 1000)]
+    pub ec2_per_instance_us: u64,
     /// EC2's request rate limit of `DescribeInstances` in each account and region, shared by
     /// every execution environment: calls a second (refill) and at once (bucket), EC2's
     /// documented defaults for a non-mutating action ("Request throttling for the Amazon EC2
@@ -403,8 +408,11 @@ pub(crate) fn aws_line(s: &Settings) -> String {
         "no rate limit".into()
     };
     format!(
-        "AWS: EC2's `DescribeInstances` {} ms a call, {limit}; SQS's `SendMessage` {} ms.",
-        s.ec2_latency_ms, s.sqs_latency_ms
+        "AWS: EC2's `DescribeInstances` {} ms a call and {} ms an instance answered, {limit}; \
+         SQS's `SendMessage` {} ms.",
+        s.ec2_latency_ms,
+        s.ec2_per_instance_us as f64 / 1000.0,
+        s.sqs_latency_ms
     )
 }
 
@@ -1211,8 +1219,8 @@ fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
 struct Accounts {
     known: SnapshotInstances,
     denied: BTreeSet<String>,
-    /// Each `DescribeInstances` call's latency.
-    latency: Duration,
+    /// Each `DescribeInstances` call's latency, and each instance's it answers.
+    latency: (Duration, Duration),
     /// Calls a second and at once, in each account (`None`: no limit).
     limit: Option<(f64, f64)>,
     /// Each account's tokens (the own account's under `None`), when they were counted.
@@ -1234,7 +1242,10 @@ impl Accounts {
         Arc::new(Accounts {
             known: SnapshotInstances(instances),
             denied,
-            latency: Duration::from_millis(s.ec2_latency_ms),
+            latency: (
+                Duration::from_millis(s.ec2_latency_ms),
+                Duration::from_micros(s.ec2_per_instance_us),
+            ),
             limit: (s.ec2_rate > 0.0).then_some((s.ec2_rate, f64::from(s.ec2_bucket.max(1)))),
             buckets: Mutex::default(),
         })
@@ -1255,16 +1266,17 @@ impl Accounts {
         Duration::from_secs_f64((-*tokens).max(0.0) / rate)
     }
 
-    /// Answers `calls` in `place` as EC2 would: after their tokens and its latency, refused in
-    /// a denying account.
+    /// Answers `calls` in `place`, of `instances` in all, as EC2 would: after their tokens and
+    /// its latency, refused in a denying account.
     async fn call(
         &self,
         place: &forewarn::ports::Place,
-        calls: usize,
+        (calls, instances): (usize, usize),
     ) -> Result<(), forewarn::ports::PortError> {
         let calls = calls.max(1) as u32;
         let wait = self.wait(place.account.as_ref(), calls);
-        tokio::time::sleep(wait + self.latency * calls).await;
+        let (latency, each) = self.latency;
+        tokio::time::sleep(wait + latency * calls + each * instances as u32).await;
         match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
             Some(account) => Err(forewarn::ports::PortError::new(
                 "ec2",
@@ -1283,8 +1295,10 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         place: &forewarn::ports::Place,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
-        self.call(place, ids.len().div_ceil(200)).await?;
-        self.known.describe(place, ids).await
+        let found = self.known.describe(place, ids).await?;
+        self.call(place, (ids.len().div_ceil(200), found.len()))
+            .await?;
+        Ok(found)
     }
 
     /// As EC2 pages them: 1,000 a call.
@@ -1292,12 +1306,15 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         &self,
         place: &forewarn::ports::Place,
         cluster: &str,
-    ) -> Result<BTreeSet<String>, forewarn::ports::PortError> {
-        let ids = self.known.cluster_instances(place, cluster).await?;
-        let ids = ids.into_iter().take(forewarn::ports::CLUSTER_INSTANCES_MAX);
-        let ids: BTreeSet<String> = ids.collect();
-        self.call(place, ids.len().div_ceil(1000)).await?;
-        Ok(ids)
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
+        let found = self.known.cluster_instances(place, cluster).await?;
+        let found = found
+            .into_iter()
+            .take(forewarn::ports::CLUSTER_INSTANCES_MAX);
+        let found: BTreeMap<String, InstanceFacts> = found.collect();
+        self.call(place, (found.len().div_ceil(1000), found.len()))
+            .await?;
+        Ok(found)
     }
 }
 

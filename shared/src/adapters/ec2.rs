@@ -1,7 +1,7 @@
 //! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch (the
 //! sweeper's look at leaving instances and `DescribeInstanceStatus` is `adapters::leaving`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
@@ -21,6 +21,7 @@ use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 /// EC2 accepts at most 200 values in one filter.
 const FILTER_VALUES_MAX: usize = 200;
+const CALL: &str = "ec2:DescribeInstances";
 
 /// Instance facts from EC2: of the own account and region, and with [`Accounts`] of the account
 /// and region of each event ([`InstanceDirectory::describe`]).
@@ -110,14 +111,16 @@ impl InstanceDirectory for Ec2Directory {
         place: &Place,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
-        const CALL: &str = "ec2:DescribeInstances";
         let client = self.places.client_for(place, CALL).await?;
         let mut found = BTreeMap::new();
         for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
             let ids = Filter::builder()
                 .name("instance-id")
                 .set_values(Some(chunk.to_vec()));
-            found.extend(self.query(place, &client, vec![ids.build()]).await?);
+            found.extend(
+                self.query(place, &client, vec![ids.build()], usize::MAX)
+                    .await?,
+            );
         }
         Ok(found)
     }
@@ -128,25 +131,13 @@ impl InstanceDirectory for Ec2Directory {
         &self,
         place: &Place,
         cluster: &str,
-    ) -> Result<BTreeSet<String>, PortError> {
-        const CALL: &str = "ec2:DescribeInstances";
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         let client = self.places.client_for(place, CALL).await?;
         let filter = |name: &str, value: String| Filter::builder().name(name).values(value).build();
-        let mut pages = (client.describe_instances())
-            .filters(filter("tag-key", format!("{CLUSTER_TAG_PREFIX}{cluster}")))
-            .filters(filter("instance-state-name", "running".into()))
-            .max_results(1000)
-            .into_paginator()
-            .send();
-        let mut ids = BTreeSet::new();
-        while ids.len() < CLUSTER_INSTANCES_MAX
-            && let Some(page) = pages.next().await
-        {
-            let page = page.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
-            let instances = page.reservations().iter().flat_map(|r| r.instances());
-            ids.extend(instances.filter_map(|i| i.instance_id().map(str::to_string)));
-        }
-        Ok(ids)
+        let tagged = filter("tag-key", format!("{CLUSTER_TAG_PREFIX}{cluster}"));
+        let running = filter("instance-state-name", "running".into());
+        let filters = vec![tagged, running];
+        (self.query(place, &client, filters, CLUSTER_INSTANCES_MAX)).await
     }
 
     /// One `DescribeCapacityReservations` of the reservation (EC2 answers
@@ -172,7 +163,7 @@ impl InstanceDirectory for Ec2Directory {
         let block = Filter::builder()
             .name("capacity-reservation-id")
             .values(reservation_id);
-        let instances = self.query(place, &client, vec![block.build()]).await?;
+        let instances = (self.query(place, &client, vec![block.build()], usize::MAX)).await?;
         Ok(CapacityBlock { facts, instances })
     }
 }
@@ -197,24 +188,29 @@ pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFact
 }
 
 impl Ec2Directory {
-    /// Every instance of `place` answering `filters` (through all pages of `client`'s
-    /// `DescribeInstances`), by id, with their zone IDs.
+    /// The instances of `place` answering `filters` (`client`'s `DescribeInstances`, 1,000 a
+    /// page, until `most` or the last page), by id, with their zone IDs.
     pub(crate) async fn query(
         &self,
         place: &Place,
         client: &Client,
         filters: Vec<Filter>,
+        most: usize,
     ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
-        const CALL: &str = "ec2:DescribeInstances";
-        let pages = client.describe_instances().set_filters(Some(filters));
-        let reservations: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let reservations =
-            reservations.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
-        let instances = reservations.iter().flat_map(|r| r.instances());
-        let facts = instances
-            .filter_map(facts_of)
-            .map(|f| (f.instance_id.clone(), f));
-        let mut found: BTreeMap<_, _> = facts.collect();
+        let request = client.describe_instances().set_filters(Some(filters));
+        let mut pages = request.max_results(1000).into_paginator().send();
+        let mut found = BTreeMap::new();
+        while found.len() < most
+            && let Some(page) = pages.next().await
+        {
+            let page = page.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
+            let instances = page.reservations().iter().flat_map(|r| r.instances());
+            found.extend(
+                instances
+                    .filter_map(facts_of)
+                    .map(|f| (f.instance_id.clone(), f)),
+            );
+        }
         self.with_zone_ids(place, client, &mut found).await;
         Ok(found)
     }

@@ -39,10 +39,8 @@ impl LeavingInstances for Ec2Directory {
         let mut found: BTreeMap<String, InstanceFacts> = BTreeMap::new();
         for (name, value) in by_tag {
             let tag = Filter::builder().name(name).values(value).build();
-            found.extend(
-                self.query(place, &client, vec![tag, states.clone()])
-                    .await?,
-            );
+            let filters = vec![tag, states.clone()];
+            found.extend(self.query(place, &client, filters, usize::MAX).await?);
         }
         Ok(found.into_values().collect())
     }

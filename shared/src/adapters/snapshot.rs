@@ -3,7 +3,7 @@
 //! JSON `kubectl get deploy,sts,rs,pods,pdb,priorityclasses,nodes -A -o json` prints, read into
 //! the audit's view of the workloads.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -435,15 +435,10 @@ impl InstanceDirectory for SnapshotInstances {
         &self,
         _place: &Place,
         cluster: &str,
-    ) -> Result<BTreeSet<String>, PortError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         let tag = format!("{}{cluster}", crate::domain::facts::CLUSTER_TAG_PREFIX);
-        let ours = |(_, i): &(&String, &InstanceFacts)| i.tags.contains_key(&tag);
-        Ok(self
-            .0
-            .iter()
-            .filter(ours)
-            .map(|(id, _)| id.clone())
-            .collect())
+        let ours = self.0.iter().filter(|(_, i)| i.tags.contains_key(&tag));
+        Ok(ours.map(|(id, i)| (id.clone(), i.clone())).collect())
     }
 
     /// The captured instances that run in the reservation, and the block's type and zone as

@@ -16,7 +16,6 @@ use crate::app::fleet::triage;
 use crate::app::fleet::{BREAK, Cluster, Fleet};
 use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events};
 use crate::app::telemetry::Telemetry;
-use crate::domain::clusters::ClusterId;
 use crate::domain::config::{Config, Mode};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::{self, Record, SqsMessage};
@@ -143,14 +142,7 @@ impl Handler {
         let queue = (self.passes.queue.as_deref()).filter(|_| self.mode.writes_cluster());
         let expanded = crate::app::blocks::expand(own, queue, records, self.clock.now()).await;
         let (records, known) = (&expanded.records, &expanded.described);
-        let triaged = self.takes_per_cluster.zip(queue).is_some();
-        let known_busy = if triaged {
-            self.known_busy(records)
-        } else {
-            BTreeMap::new()
-        };
-        let (shares, described, work) =
-            (self.route(records, known, &known_busy, self.work(deadline))).await;
+        let (shares, described, work) = self.route(records, known, self.work(deadline)).await;
         let described = &described;
         // A position in several shares: a record split between clusters (never sent back).
         let mut seen = BTreeSet::new();
@@ -161,31 +153,29 @@ impl Handler {
         // A cluster whose new warnings were all the batch's (more than one) is busy here for
         // a while: the queue's head was its burst alone (see `triage`).
         let new_warnings: usize = shares.values().map(triage::new_warnings).sum();
-        let (parted, known_busy) = (&parted, &known_busy);
+        // The batch's new warnings, each its cluster: in a mass interruption, their clusters'
+        // instances are listed, to answer their next lookups (within the batch's time: a list
+        // EC2 throttles never holds the batch's answer past it).
+        let read = (shares.iter()).flat_map(|(to, share)| match to {
+            Destination::Cluster(Some(id)) => vec![id.clone(); triage::new_warnings(share)],
+            _ => Vec::new(),
+        });
+        let know = self
+            .fleet
+            .know(read.collect(), self.instances.as_ref(), self.clock.now());
+        let knowing = until(self.clock.as_ref(), work.deadline, know);
+        let parted = &parted;
         let runs = shares.into_iter().map(|(to, share)| async move {
             // A cluster's share is triaged (what it does not take on sent back, see `triage`).
-            let (cluster, id) = match &to {
-                Destination::Cluster(id) => (id.as_ref().map(ToString::to_string), id.as_ref()),
-                _ => (None, None),
+            let cluster = match &to {
+                Destination::Cluster(id) => id.as_ref().map(ToString::to_string),
+                _ => None,
             };
             let takes = self.takes_per_cluster.zip(queue);
             let takes = takes.filter(|_| matches!(to, Destination::Cluster(_)));
-            // Busy still when its warnings known without a lookup are here: they go back.
-            let known = share.positions.iter().any(|p| known_busy.contains_key(p));
-            let busy =
-                known || (cluster.as_deref()).is_some_and(|c| self.fleet.busy(c, self.clock.now()));
+            let busy = (cluster.as_deref()).is_some_and(|c| self.fleet.busy(c, self.clock.now()));
             let own = triage::new_warnings(&share);
             let burst = takes.is_some() && own > 1 && own == new_warnings;
-            // A burst's cluster: its instances listed, to know its next warnings by (within the
-            // batch's time: a list EC2 throttles never holds the batch's answer past it).
-            let knowing = async {
-                if let Some(id) = id.filter(|_| burst) {
-                    let know = self
-                        .fleet
-                        .know(id, self.instances.as_ref(), self.clock.now());
-                    until(self.clock.as_ref(), work.deadline, know).await;
-                }
-            };
             let (share, later) = match takes {
                 Some((takes, _)) => triage::triage(share, takes, busy, parted),
                 None => (share, Share::default()),
@@ -200,13 +190,13 @@ impl Handler {
                     None => (later, Vec::new()),
                 }
             };
-            let (ran, ()) = futures::join!(futures::future::join(share, sent_back), knowing);
+            let ran = futures::future::join(share, sent_back).await;
             if let Some(cluster) = cluster.filter(|_| burst) {
                 self.fleet.burst(&cluster, self.clock.now());
             }
             ran
         });
-        let runs = futures::future::join_all(runs).await;
+        let (runs, _) = futures::join!(futures::future::join_all(runs), knowing);
         let runs = runs.into_iter().flat_map(|(share, later)| [share, later]);
         let reports = split::join(records, runs.collect());
         expanded.answer(reports)
@@ -252,22 +242,20 @@ impl Handler {
     }
 
     /// The batch's instances, looked up once for every cluster (within the batch's time; the
-    /// blocks' instances, `known`, not again; not those of the records a busy cluster's without a
-    /// lookup, `busy`, by position), and its records split by destination, with the work each
-    /// share runs as. When the served clusters cannot be listed, nothing can be
-    /// routed: every event fails as a failed lookup fails it.
+    /// blocks' instances, `known`, not again; nor those a mass interruption's lists hold, see
+    /// `Fleet::know`), and its records split by destination, with the work each share runs as.
+    /// When the served clusters cannot be listed, nothing can be routed: every event fails as a
+    /// failed lookup fails it.
     async fn route(
         &self,
         records: &[Record],
         known: &BTreeMap<(Place, String), InstanceFacts>,
-        busy: &BTreeMap<usize, ClusterId>,
         mut work: Work,
     ) -> (BTreeMap<Destination, Share>, Described, Work) {
-        let rest = (records.iter().enumerate())
-            .filter(|(position, _)| !busy.contains_key(position))
-            .map(|(_, record)| record);
-        let events = crate::app::pipeline::looked_up_events(rest);
-        let lookup = describe_events(self.instances.as_ref(), &events, known);
+        let events = crate::app::pipeline::looked_up_events(records);
+        let mut known = known.clone();
+        known.extend(self.fleet.listed(&events, self.clock.now()));
+        let lookup = describe_events(self.instances.as_ref(), &events, &known);
         let looked_up = until(self.clock.as_ref(), work.deadline, lookup).await;
         let out_of_time = PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
         let described = looked_up.unwrap_or_else(|| Described::failing(&events, out_of_time));
@@ -286,7 +274,7 @@ impl Handler {
                 return (shares, Described::failing(&events, e), work);
             }
         };
-        let shares = split::split(records, &described, (&served, self.fleet.own()), busy);
+        let shares = split::split(records, &described, (&served, self.fleet.own()));
         // A batch spanning several clusters, or any batch of a deployment serving several: no
         // cluster's outage may hold it up (see `Fleet::backing_off`). The event source
         // mapping's pollers are every cluster's, and a fair queue fills a batch with one
@@ -296,22 +284,6 @@ impl Handler {
             .filter(|to| matches!(to, Destination::Cluster(_)));
         work.fail_fast = clusters.count() > 1 || served.len() > 1;
         (shares, described, work)
-    }
-
-    /// The records a busy cluster's own without a lookup, by position: new warnings that can
-    /// go back, whose every instance that cluster's running instances hold as listed here (see
-    /// `Fleet::busy_with`): they go back (see `triage`), so they need no facts.
-    fn known_busy(&self, records: &[Record]) -> BTreeMap<usize, ClusterId> {
-        let now = self.clock.now();
-        (records.iter().enumerate())
-            .filter(|(_, record)| triage::returnable(record))
-            .filter_map(|(position, record)| {
-                let event = record.event.as_ref().ok()?;
-                let place = Place::of_event(event);
-                let id = self.fleet.busy_with(&place, &event.instance_ids, now)?;
-                Some((position, id))
-            })
-            .collect()
     }
 
     /// The cluster a share of `records` bound `to` runs in, and the configuration to decide by

@@ -407,7 +407,7 @@ impl forewarn::ports::InstanceDirectory for Lookups {
         &self,
         place: &Place,
         cluster: &str,
-    ) -> Result<std::collections::BTreeSet<String>, forewarn::ports::PortError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
         self.0.cluster_instances(place, cluster).await
     }
 }
@@ -416,9 +416,11 @@ impl forewarn::ports::InstanceDirectory for Lookups {
 /// a batch), blue's new warnings go back to the queue at once, marked triaged, in blue's
 /// message group, while green's of the same batch are worked on; read again, they are worked
 /// on, blue still busy; once blue's burst is [`HOLD`] past, its new warnings are worked on again.
+/// Two bursts of ten make a mass interruption (`MASS`): blue's instances are listed, and answer
+/// the lookups of its next warnings.
 #[tokio::test]
 async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_when_read_again() {
-    use forewarn::app::fleet::triage::HOLD;
+    use forewarn::app::fleet::{MASS, triage::HOLD};
     let two = Two::start().await;
     let dir = tempfile::tempdir().unwrap();
     let queue = Arc::new(crate::support::Continuations::default());
@@ -432,11 +434,30 @@ async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_whe
     };
     let lookups = Arc::new(Lookups(Two::instances(), Default::default()));
     handler.instances = lookups.clone();
-    let burst = [warning("b1", BLUE_ID), warning("b2", BLUE_ID)];
+    for burst in [0, 1] {
+        let ten = (0..MASS / 2).map(|n| warning(&format!("b{burst}-{n}"), BLUE_ID));
+        let inv = handler
+            .invoke(from_queue(&ten.collect::<Vec<_>>()), None)
+            .await;
+        assert!(!outcomes(&inv.unwrap()).contains(&Outcome::Requeued));
+        assert_eq!(lookups.take(), [vec![BLUE_ID.to_string()]]);
+        two.clock.advance(HOLD);
+    }
+    assert!(queue.sent.lock().unwrap().is_empty());
+    let inv = handler
+        .invoke(from_queue(&[warning("s1", BLUE_ID)]), None)
+        .await;
+    assert!(
+        !outcomes(&inv.unwrap()).contains(&Outcome::Requeued),
+        "not busy"
+    );
+    assert!(
+        lookups.take().is_empty(),
+        "blue's instances listed: no lookup"
+    );
+    let burst = [warning("s2", BLUE_ID), warning("s3", BLUE_ID)];
     let inv = handler.invoke(from_queue(&burst), None).await.unwrap();
     assert!(!outcomes(&inv).contains(&Outcome::Requeued), "{inv:#?}");
-    assert!(queue.sent.lock().unwrap().is_empty());
-    assert_eq!(lookups.take(), [vec![BLUE_ID.to_string()]]);
 
     let (b3, b4) = (warning("b3", BLUE_ID), warning("b4", BLUE_ID));
     let mixed = [b3.clone(), warning("g1", GREEN_ID), b4.clone()];
@@ -448,7 +469,7 @@ async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_whe
     assert!(unschedulable(&two.green));
     let why = inv.reports[0].reason.as_deref().unwrap_or_default();
     assert!(why.contains("a burst of its new warnings"), "{why}");
-    // Blue's instances, listed after its burst, know its warnings: only green's looked up.
+    // Blue's instances, listed in the mass interruption, answer its lookups: only green's.
     assert_eq!(lookups.take(), [vec![GREEN_ID.to_string()]]);
     let sent: Vec<String> = queue
         .sent

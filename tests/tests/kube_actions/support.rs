@@ -457,40 +457,13 @@ pub(crate) fn seed_pods(w: &World) {
     w.fake.insert(done);
 }
 
-pub(crate) struct Instances(pub(crate) BTreeMap<String, InstanceFacts>);
+pub(crate) use forewarn::adapters::snapshot::SnapshotInstances as Instances;
 
 /// `found`, as a batch's lookup found them (what a pipeline is given).
 pub(crate) fn known(found: BTreeMap<String, InstanceFacts>) -> forewarn::app::pipeline::Described {
     forewarn::app::pipeline::Described {
         found,
         failed: BTreeMap::new(),
-    }
-}
-
-#[async_trait]
-impl forewarn::ports::InstanceDirectory for Instances {
-    async fn describe(
-        &self,
-        _place: &forewarn::ports::Place,
-        ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
-        Ok(self
-            .0
-            .iter()
-            .filter(|(k, _)| ids.contains(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
-    }
-
-    /// Those tagged for `cluster`.
-    async fn cluster_instances(
-        &self,
-        _place: &forewarn::ports::Place,
-        cluster: &str,
-    ) -> Result<std::collections::BTreeSet<String>, forewarn::ports::PortError> {
-        let tag = format!("{}{cluster}", forewarn::domain::facts::CLUSTER_TAG_PREFIX);
-        let ours = self.0.iter().filter(|(_, i)| i.tags.contains_key(&tag));
-        Ok(ours.map(|(id, _)| id.clone()).collect())
     }
 }
 

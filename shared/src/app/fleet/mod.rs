@@ -10,7 +10,7 @@
 //! for a list), and stays connected; a cluster that cannot be reached fails its own records
 //! (they come back) and is tried again with the next batch.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 pub mod split;
@@ -22,6 +22,8 @@ use chrono::{DateTime, Duration, Utc};
 use crate::app::policy::PolicyCache;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
+use crate::domain::event::Event;
+use crate::domain::facts::InstanceFacts;
 use crate::ports::{
     BoxError, Clock, ClusterCatalog, Executor, FailureKind, InstanceDirectory, NoNodes,
     NodeDirectory, PortError,
@@ -37,6 +39,16 @@ pub const BREAK: Duration = Duration::seconds(10);
 /// How long at least between two reads of the list when an instance names a cluster the list
 /// does not have (one created since): it is read again at once, then not before this.
 pub const RELIST_UNKNOWN: Duration = Duration::seconds(30);
+
+/// A mass interruption, as an execution environment sees it: at least [`MASS`] new warnings of
+/// served clusters read there within [`MASS_WINDOW`] (one invocation reads ten at most). Each
+/// of their clusters is then listed, its running instances' facts answering its lookups for
+/// [`KNOWN_FOR`] (see [`Fleet::know`]).
+pub const MASS: usize = 20;
+pub const MASS_WINDOW: Duration = Duration::seconds(10);
+/// How long a cluster's instances, as an execution environment listed them, answer the
+/// lookups of their warnings; instances launched since are looked up.
+pub const KNOWN_FOR: Duration = Duration::seconds(60);
 
 /// Everything forewarn reaches one cluster through.
 #[derive(Clone)]
@@ -128,13 +140,15 @@ pub struct Fleet {
     troubled: std::sync::Mutex<BTreeMap<String, (DateTime<Utc>, bool)>>,
     /// The clusters busy in this execution environment, until when (see [`Fleet::busy`]).
     busy: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
-    /// Busy clusters' running instances as this execution environment listed them, and when
-    /// (see [`Fleet::know`]).
+    /// The clusters of the new warnings read here within [`MASS_WINDOW`], and when.
+    read: std::sync::Mutex<VecDeque<(DateTime<Utc>, ClusterId)>>,
+    /// Clusters' running instances as this execution environment listed them, and when (see
+    /// [`Fleet::know`]).
     known: std::sync::Mutex<BTreeMap<ClusterId, Listed>>,
 }
 
 /// A cluster's running instances as listed, and when (see [`Fleet::know`]).
-type Listed = (DateTime<Utc>, Arc<BTreeSet<String>>);
+type Listed = (DateTime<Utc>, Arc<BTreeMap<String, InstanceFacts>>);
 
 /// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
 /// not say), sorted, none twice. A place whose list cannot be read keeps its clusters of
@@ -146,7 +160,7 @@ async fn list(
     own: &Place,
     last: Option<&[ClusterId]>,
 ) -> Result<Vec<ClusterId>, PortError> {
-    let places: std::collections::BTreeSet<Place> = places.iter().map(|p| p.or(own)).collect();
+    let places: BTreeSet<Place> = places.iter().map(|p| p.or(own)).collect();
     let lists = futures::future::join_all(places.iter().map(|p| catalog.clusters(p))).await;
     let answered = lists.iter().any(Result::is_ok);
     let mut ids: Vec<ClusterId> = also.iter().map(|id| id.or(own)).collect();
@@ -211,6 +225,7 @@ impl Fleet {
             listed: Default::default(),
             troubled: Default::default(),
             busy: Default::default(),
+            read: Default::default(),
             known: Default::default(),
         }
     }
@@ -323,51 +338,81 @@ impl Fleet {
         busy.insert(name.to_string(), now + crate::ports::span(triage::HOLD));
     }
 
-    /// Lists the running instances of cluster `id` (a burst of its new warnings was here,
-    /// see [`Fleet::burst`]) from `instances`, unless listed here less than
-    /// [`triage::KNOWN_FOR`] ago: while it is busy, its new warnings are known by them without
-    /// a lookup ([`Fleet::busy_with`]). A list that fails is logged, and its warnings are looked
-    /// up as any.
+    /// A batch's new warnings read here `now`, each its served cluster (`read`). When they
+    /// make a mass interruption here (at least [`MASS`] within [`MASS_WINDOW`]), each of their
+    /// clusters not listed here within [`KNOWN_FOR`] has its running instances listed from
+    /// `instances` (the lists at once): their facts
+    /// answer the lookups of its warnings for a while ([`Fleet::listed`]), so that a mass
+    /// interruption's lookups cost EC2 a page per 1,000 instances, not a call per batch. A list
+    /// that fails is logged, and is not tried again within [`KNOWN_FOR`]: its warnings are
+    /// looked up as any.
     pub async fn know(
         &self,
-        id: &ClusterId,
+        read: Vec<ClusterId>,
         instances: &dyn InstanceDirectory,
         now: DateTime<Utc>,
     ) {
-        let fresh =
-            |(at, _): &(DateTime<Utc>, _)| now - *at < crate::ports::span(triage::KNOWN_FOR);
-        let known = || self.known.lock().unwrap_or_else(|p| p.into_inner());
-        if known().get(id).is_some_and(fresh) {
-            return;
-        }
-        match instances.cluster_instances(&id.place, &id.name).await {
-            Ok(ids) => {
-                let mut known = known();
-                known.retain(|_, listed| fresh(listed));
-                known.insert(id.clone(), (now, Arc::new(ids)));
+        let ids = {
+            let mut window = self.read.lock().unwrap_or_else(|p| p.into_inner());
+            window.extend(read.into_iter().map(|id| (now, id)));
+            window.retain(|(at, _)| now - *at < MASS_WINDOW);
+            if window.len() < MASS {
+                return;
             }
-            Err(e) => {
-                tracing::warn!(cluster = %id, error = %e, "a busy cluster's instances could not be listed")
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            known.retain(|_, (at, _)| now - *at < KNOWN_FOR);
+            let unlisted = window
+                .iter()
+                .map(|(_, id)| id)
+                .filter(|id| !known.contains_key(*id));
+            let mut ids: Vec<ClusterId> = unlisted.cloned().collect();
+            ids.sort();
+            ids.dedup();
+            // Marked listed: a list under way or failed is not tried again for a while.
+            for id in &ids {
+                known.insert(id.clone(), (now, Arc::default()));
+            }
+            ids
+        };
+        let lists = ids
+            .iter()
+            .map(|id| instances.cluster_instances(&id.place, &id.name));
+        for (id, listed) in ids.iter().zip(futures::future::join_all(lists).await) {
+            match listed {
+                Ok(facts) => {
+                    let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+                    known.insert(id.clone(), (now, Arc::new(facts)));
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not be listed: its warnings are looked up")
+                }
             }
         }
     }
 
-    /// The cluster busy `now` whose running instances as listed here (see [`Fleet::know`])
-    /// hold every one of `instance_ids`, of an event of `place` (see [`Place::holds`]).
-    pub fn busy_with(
+    /// The facts of the instances of `events` that a cluster's running instances, as listed
+    /// here within [`KNOWN_FOR`] (see [`Fleet::know`]), hold: in that cluster's account and
+    /// region (see [`Place::holds`]), by each event's place and instance.
+    pub fn listed(
         &self,
-        place: &Place,
-        instance_ids: &[String],
+        events: &[&Event],
         now: DateTime<Utc>,
-    ) -> Option<ClusterId> {
+    ) -> BTreeMap<(Place, String), InstanceFacts> {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        let holds = |(id, (_, ids)): &(&ClusterId, &Listed)| {
-            id.place.holds(place, &self.own)
-                && !instance_ids.is_empty()
-                && instance_ids.iter().all(|i| ids.contains(i))
-                && self.busy(&id.to_string(), now)
-        };
-        known.iter().find(holds).map(|(id, _)| id.clone())
+        let lists: Vec<_> = (known.iter())
+            .filter(|(_, (at, _))| now - *at < KNOWN_FOR)
+            .collect();
+        let wanted = (events.iter())
+            .flat_map(|e| (e.instance_ids.iter()).map(|i| (Place::of_event(e), i.clone())));
+        wanted
+            .filter_map(|(place, i)| {
+                let mut here = lists
+                    .iter()
+                    .filter(|(id, _)| id.place.holds(&place, &self.own));
+                let facts = here.find_map(|(_, (_, facts))| facts.get(&i))?.clone();
+                Some(((place, i), facts))
+            })
+            .collect()
     }
 
     /// How a share of cluster `name` went: `failed_whole` (every record failed, and may pass)
@@ -392,6 +437,8 @@ impl Fleet {
 mod tests {
     use super::*;
     use crate::adapters::clock::ManualClock;
+    use crate::domain::event::EventKind;
+    use crate::domain::fixtures;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -464,7 +511,8 @@ mod tests {
         assert!(!one.busy("a", now));
     }
 
-    /// What lists a cluster's instances, counting its calls.
+    /// What lists a cluster's instances (cluster `a` of the own place has `i-1` and `i-2`; a
+    /// member's cluster fails), counting its calls.
     struct Lists(AtomicUsize);
 
     #[async_trait]
@@ -473,7 +521,7 @@ mod tests {
             &self,
             _: &Place,
             _: &[String],
-        ) -> Result<BTreeMap<String, crate::domain::facts::InstanceFacts>, PortError> {
+        ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
             unreachable!("a list is no lookup")
         }
 
@@ -481,48 +529,59 @@ mod tests {
             &self,
             place: &Place,
             cluster: &str,
-        ) -> Result<BTreeSet<String>, PortError> {
+        ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
             self.0.fetch_add(1, Ordering::SeqCst);
+            if *place == member() {
+                return Err(PortError::new("ec2", FailureKind::Throttled, "slow down"));
+            }
             assert_eq!((place, cluster), (&own(), "a"));
-            Ok(BTreeSet::from(["i-1".to_string(), "i-2".to_string()]))
+            let facts = |id: &str| (id.to_string(), fixtures::instance(id).build());
+            Ok(BTreeMap::from([facts("i-1"), facts("i-2")]))
         }
     }
 
-    /// A busy cluster's running instances, listed once a while, know its warnings while it is
-    /// busy: those whose every instance it holds, in its place.
+    /// A mass interruption's clusters (MASS new warnings read here within MASS_WINDOW) are
+    /// listed, each at most once within KNOWN_FOR (a failed list too), and their lists answer
+    /// the lookups of their instances, in their own place only, for KNOWN_FOR.
     #[tokio::test]
-    async fn a_busy_clusters_listed_instances_know_its_warnings_while_it_is_busy() {
+    async fn a_mass_interruptions_clusters_are_listed_and_answer_their_lookups_for_a_while() {
         let now = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
-        let fleet = Fleet::many(None, vec![], Arc::new(Connects(AtomicUsize::new(0))));
-        let a = ClusterId::at(&own(), "a");
+        let fleet = Fleet::many(None, vec![], Arc::new(Connects(AtomicUsize::new(0)))).at(own());
+        let (a, b) = (ClusterId::at(&own(), "a"), ClusterId::at(&member(), "b"));
         let lists = Lists(AtomicUsize::new(0));
-        let ids = |ids: &[&str]| ids.iter().map(ToString::to_string).collect::<Vec<_>>();
-        fleet.know(&a, &lists, now).await;
-        assert_eq!(
-            fleet.busy_with(&own(), &ids(&["i-1"]), now),
-            None,
-            "not busy"
-        );
-        fleet.burst(&a.to_string(), now);
-        assert_eq!(
-            fleet.busy_with(&own(), &ids(&["i-1", "i-2"]), now),
-            Some(a.clone())
-        );
-        assert_eq!(fleet.busy_with(&own(), &ids(&["i-1", "i-3"]), now), None);
-        assert_eq!(fleet.busy_with(&own(), &[], now), None);
-        assert_eq!(
-            fleet.busy_with(&member(), &ids(&["i-1"]), now),
-            None,
+        let listed = |n| lists.0.load(Ordering::SeqCst) == n;
+        let event = |place: &Place, instance: &str| {
+            let mut event = fixtures::event(EventKind::SpotInterruption, "e", instance).build();
+            (event.account, event.region) = (place.account.clone(), place.region.clone());
+            event
+        };
+        let found = |events: &[Event], at| {
+            let events: Vec<&Event> = events.iter().collect();
+            let found = fleet.listed(&events, at);
+            found.into_keys().map(|(_, i)| i).collect::<Vec<_>>()
+        };
+        let mine = [event(&own(), "i-1"), event(&own(), "i-3")];
+        fleet.know(vec![a.clone(); MASS - 1], &lists, now).await;
+        assert!(listed(0) && found(&mine, now).is_empty(), "no mass yet");
+        fleet.know(vec![a.clone()], &lists, now).await;
+        assert!(listed(1));
+        assert_eq!(found(&mine, now), ["i-1"]);
+        assert!(
+            found(&[event(&member(), "i-1")], now).is_empty(),
             "another place"
         );
-        let hold = crate::ports::span(triage::HOLD);
-        assert_eq!(fleet.busy_with(&own(), &ids(&["i-1"]), now + hold), None);
-        // Listed again only once the list is older than KNOWN_FOR.
-        let known_for = crate::ports::span(triage::KNOWN_FOR);
-        fleet.know(&a, &lists, now + known_for - hold).await;
-        assert_eq!(lists.0.load(Ordering::SeqCst), 1);
-        fleet.know(&a, &lists, now + known_for).await;
-        assert_eq!(lists.0.load(Ordering::SeqCst), 2);
+        fleet.know(vec![a.clone(); MASS], &lists, now).await;
+        assert!(listed(1), "listed once within KNOWN_FOR");
+        // A failed list is not tried again within KNOWN_FOR either.
+        fleet.know(vec![b.clone(); MASS], &lists, now).await;
+        fleet.know(vec![b.clone(); MASS], &lists, now).await;
+        assert!(listed(2));
+        let later = now + KNOWN_FOR;
+        assert!(found(&mine, later).is_empty(), "stale");
+        fleet.know(vec![a.clone()], &lists, later).await;
+        assert!(listed(2), "the mass was over");
+        fleet.know(vec![a.clone(); MASS], &lists, later).await;
+        assert!(listed(3) && found(&mine, later) == ["i-1"]);
     }
 
     #[tokio::test]

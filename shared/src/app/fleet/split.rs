@@ -34,13 +34,11 @@ pub struct Share {
 
 /// The batch's `records` by destination. `instances`: what the lookup found, place by place
 /// (a lookup that failed whole: every place failed); `served`: the served clusters, whole (empty: one cluster,
-/// named by nobody); `own`: the deployment's own account and region; `known`: the records
-/// (by position) whose cluster is known without a lookup (a busy cluster's, see `triage`).
+/// named by nobody); `own`: the deployment's own account and region.
 pub fn split(
     records: &[Record],
     instances: &Described,
     (served, own): (&[ClusterId], &Place),
-    known: &BTreeMap<usize, ClusterId>,
 ) -> BTreeMap<Destination, Share> {
     let mut shares: BTreeMap<Destination, Share> = BTreeMap::new();
     let mut put = |to: Destination, record: Record, position: usize| {
@@ -49,14 +47,6 @@ pub fn split(
         share.positions.push(position);
     };
     for (position, record) in records.iter().enumerate() {
-        if let Some(id) = known.get(&position) {
-            put(
-                Destination::Cluster(Some(id.clone())),
-                record.clone(),
-                position,
-            );
-            continue;
-        }
         let event = match &record.event {
             Ok(event) if event.kind != EventKind::Unsupported => event,
             _ => {
@@ -274,12 +264,7 @@ mod tests {
             continuation("b", I2, Some("attacker")),
             continuation("c", I3, None),
         ];
-        let shares = split(
-            &records,
-            &Described::default(),
-            (&served(), &own()),
-            &BTreeMap::new(),
-        );
+        let shares = split(&records, &Described::default(), (&served(), &own()));
         assert_eq!(
             shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
@@ -296,12 +281,7 @@ mod tests {
             continuation("e", I2, Some("123456789012/us-east-1/green")),
             continuation("f", I3, Some("not/a/cluster/at/all")),
         ];
-        let shares = split(
-            &records,
-            &Described::default(),
-            (&served(), &own()),
-            &BTreeMap::new(),
-        );
+        let shares = split(&records, &Described::default(), (&served(), &own()));
         assert_eq!(
             shares[&Destination::NotServed(Some("111111111111/us-east-1/blue".into()))].positions,
             [0]
@@ -315,12 +295,7 @@ mod tests {
             [2]
         );
         // One cluster named by nobody: every continuation is its.
-        let shares = split(
-            &records,
-            &Described::default(),
-            (&[], &own()),
-            &BTreeMap::new(),
-        );
+        let shares = split(&records, &Described::default(), (&[], &own()));
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
@@ -339,7 +314,7 @@ mod tests {
             instance(I3, "red"),
         ]);
         let records = vec![spot("a", I1), spot("b", I2), spot("c", I3)];
-        let shares = split(&records, &instances, (&served(), &own()), &BTreeMap::new());
+        let shares = split(&records, &instances, (&served(), &own()));
         let blue = &shares[&Destination::Cluster(Some(c("blue")))];
         assert_eq!(blue.positions, [0]);
         assert_eq!(
@@ -354,16 +329,10 @@ mod tests {
             .collect();
         let failure = PortError::new("ec2", FailureKind::Timeout, "out of time");
         let failing = Described::failing(&events, failure);
-        let shares = split(&records, &failing, (&served(), &own()), &BTreeMap::new());
+        let shares = split(&records, &failing, (&served(), &own()));
         assert_eq!(shares[&Destination::Unrouted].positions, [0, 1, 2]);
-        // A record whose cluster is known (a busy cluster's) goes to it without the lookup.
-        let blue = served()[0].clone();
-        let known = BTreeMap::from([(1, blue.clone())]);
-        let shares = split(&records, &failing, (&served(), &own()), &known);
-        assert_eq!(shares[&Destination::Unrouted].positions, [0, 2]);
-        assert_eq!(shares[&Destination::Cluster(Some(blue))].positions, [1]);
         // One cluster named by nobody: everything is its.
-        let shares = split(&records, &instances, (&[], &own()), &BTreeMap::new());
+        let shares = split(&records, &instances, (&[], &own()));
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
@@ -371,7 +340,7 @@ mod tests {
     fn an_event_of_two_clusters_is_split_and_joined_back() {
         let instances = found([instance(I1, "blue"), instance(I2, "green")]);
         let records = vec![health("h", &[I1, I2])];
-        let shares = split(&records, &instances, (&served(), &own()), &BTreeMap::new());
+        let shares = split(&records, &instances, (&served(), &own()));
         let blue = &shares[&Destination::Cluster(Some(c("blue")))];
         let event = blue.records[0].event.as_ref().unwrap();
         assert_eq!(event.id, "h#123456789012/us-east-1/blue");
@@ -426,7 +395,7 @@ mod tests {
             event.account = Some("111111111111".into());
         }
         let records = vec![spot("a", I1), theirs];
-        let shares = split(&records, &instances, (&served(), &own()), &BTreeMap::new());
+        let shares = split(&records, &instances, (&served(), &own()));
         assert_eq!(
             shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
@@ -457,7 +426,7 @@ mod tests {
             of("c", I3, "111111111111"),
         ];
         let served = vec![c("blue"), c("green"), c("111111111111/blue")];
-        let shares = split(&records, &instances, (&served, &own()), &BTreeMap::new());
+        let shares = split(&records, &instances, (&served, &own()));
         assert_eq!(
             shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
@@ -468,7 +437,7 @@ mod tests {
         );
         assert_eq!(shares[&Destination::Elsewhere].positions, [2]);
         // One cluster named by nobody is of the own account only.
-        let shares = split(&records, &instances, (&[], &own()), &BTreeMap::new());
+        let shares = split(&records, &instances, (&[], &own()));
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0]);
         assert_eq!(shares[&Destination::Elsewhere].positions, [1, 2]);
     }

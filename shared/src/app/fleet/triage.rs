@@ -39,9 +39,6 @@ const REQUESTS_PER_CORDON: f64 = 2.0;
 /// How long a cluster stays busy in an execution environment after a burst of its new warnings
 /// there ended (its share of the batch worked on, or sent back).
 pub const HOLD: Duration = Duration::from_secs(1);
-/// How long a busy cluster's running instances, as an execution environment listed them, are
-/// how its new warnings are known (see `Fleet::know`); instances launched since are looked up.
-pub const KNOWN_FOR: Duration = Duration::from_secs(60);
 
 /// The messages of one cluster an invocation takes on, from the execution
 /// environment's client-side limit of each cluster's API server (`(requests/s, burst)`, see
@@ -56,12 +53,6 @@ pub fn takes(limit: Option<(f64, u32)>) -> Option<usize> {
 /// A new warning: a first-time event (not a drain's continuation, not one triaged already).
 fn new_warning(record: &Record) -> bool {
     record.event.is_ok() && record.continuation.is_none() && !record.triaged && !record.kept
-}
-
-/// A new warning that can go back to the queue (it came from one, its message whole): what a
-/// busy cluster's share sends back without a lookup (see `Fleet::busy_with`).
-pub fn returnable(record: &Record) -> bool {
-    new_warning(record) && record.body.is_some() && record.queue_arn.is_some()
 }
 
 /// The new warnings of `share`, one cluster's share of a batch. The share is a burst (its
