@@ -154,16 +154,15 @@ impl Handler {
         // a while: the queue's head was its burst alone (see `triage`).
         let new_warnings: usize = shares.values().map(triage::new_warnings).sum();
         // The batch's new warnings, each its cluster: in a mass interruption, their clusters'
-        // instances are listed, to answer their next lookups (within the batch's time: a list
-        // EC2 throttles never holds the batch's answer past it).
+        // instances are listed in the background, to answer their next lookups.
         let read = (shares.iter()).flat_map(|(to, share)| match to {
             Destination::Cluster(Some(id)) => vec![id.clone(); triage::new_warnings(share)],
             _ => Vec::new(),
         });
-        let know = self
-            .fleet
-            .know(read.collect(), self.instances.as_ref(), self.clock.now());
-        let knowing = until(self.clock.as_ref(), work.deadline, know);
+        let (instances, clock) = (self.instances.clone(), self.clock.clone());
+        if let Some(lists) = self.fleet.know(read.collect(), instances, clock) {
+            tokio::spawn(lists);
+        }
         let parted = &parted;
         let runs = shares.into_iter().map(|(to, share)| async move {
             // A cluster's share is triaged (what it does not take on sent back, see `triage`).
@@ -196,7 +195,7 @@ impl Handler {
             }
             ran
         });
-        let (runs, _) = futures::join!(futures::future::join_all(runs), knowing);
+        let runs = futures::future::join_all(runs).await;
         let runs = runs.into_iter().flat_map(|(share, later)| [share, later]);
         let reports = split::join(records, runs.collect());
         expanded.answer(reports)
@@ -253,9 +252,9 @@ impl Handler {
         mut work: Work,
     ) -> (BTreeMap<Destination, Share>, Described, Work) {
         let events = crate::app::pipeline::looked_up_events(records);
-        let mut known = known.clone();
-        known.extend(self.fleet.listed(&events, self.clock.now()));
-        let lookup = describe_events(self.instances.as_ref(), &events, &known);
+        let mut listed = self.fleet.listed(&events, self.clock.now());
+        listed.extend(known.clone());
+        let lookup = describe_events(self.instances.as_ref(), &events, &listed);
         let looked_up = until(self.clock.as_ref(), work.deadline, lookup).await;
         let out_of_time = PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
         let described = looked_up.unwrap_or_else(|| Described::failing(&events, out_of_time));

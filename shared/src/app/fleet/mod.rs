@@ -26,8 +26,9 @@ use crate::domain::event::Event;
 use crate::domain::facts::InstanceFacts;
 use crate::ports::{
     BoxError, Clock, ClusterCatalog, Executor, FailureKind, InstanceDirectory, NoNodes,
-    NodeDirectory, PortError,
+    NodeDirectory, PortError, until,
 };
+use std::future::Future;
 
 /// How long the list of every cluster (`*`) is used before it is read again.
 pub const RELIST: Duration = Duration::minutes(5);
@@ -144,7 +145,7 @@ pub struct Fleet {
     read: std::sync::Mutex<VecDeque<(DateTime<Utc>, ClusterId)>>,
     /// Clusters' running instances as this execution environment listed them, and when (see
     /// [`Fleet::know`]).
-    known: std::sync::Mutex<BTreeMap<ClusterId, Listed>>,
+    known: Arc<std::sync::Mutex<BTreeMap<ClusterId, Listed>>>,
 }
 
 /// A cluster's running instances as listed, and when (see [`Fleet::know`]).
@@ -340,54 +341,58 @@ impl Fleet {
 
     /// A batch's new warnings read here `now`, each its served cluster (`read`). When they
     /// make a mass interruption here (at least [`MASS`] within [`MASS_WINDOW`]), each of their
-    /// clusters not listed here within [`KNOWN_FOR`] has its running instances listed from
-    /// `instances` (the lists at once): their facts
-    /// answer the lookups of its warnings for a while ([`Fleet::listed`]), so that a mass
-    /// interruption's lookups cost EC2 a page per 1,000 instances, not a call per batch. A list
-    /// that fails is logged, and is not tried again within [`KNOWN_FOR`]: its warnings are
-    /// looked up as any.
-    pub async fn know(
+    /// clusters not listed here within [`KNOWN_FOR`] is to have its running instances listed
+    /// from `instances`: the lists (at once), for the caller to run in the background, until
+    /// `clock` says `KNOWN_FOR` is over. Their facts answer the lookups of the clusters'
+    /// warnings for a while ([`Fleet::listed`]), so that a mass interruption's lookups cost EC2
+    /// a page per 1,000 instances, not a call per batch. A list that fails is logged, and is
+    /// not tried again within [`KNOWN_FOR`]: its warnings are looked up as any.
+    pub fn know(
         &self,
         read: Vec<ClusterId>,
-        instances: &dyn InstanceDirectory,
-        now: DateTime<Utc>,
-    ) {
-        let ids = {
-            let mut window = self.read.lock().unwrap_or_else(|p| p.into_inner());
-            window.extend(read.into_iter().map(|id| (now, id)));
-            window.retain(|(at, _)| now - *at < MASS_WINDOW);
-            if window.len() < MASS {
-                return;
-            }
-            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-            known.retain(|_, (at, _)| now - *at < KNOWN_FOR);
-            let unlisted = window
-                .iter()
-                .map(|(_, id)| id)
-                .filter(|id| !known.contains_key(*id));
-            let mut ids: Vec<ClusterId> = unlisted.cloned().collect();
-            ids.sort();
-            ids.dedup();
-            // Marked listed: a list under way or failed is not tried again for a while.
-            for id in &ids {
-                known.insert(id.clone(), (now, Arc::default()));
-            }
-            ids
-        };
-        let lists = ids
+        instances: Arc<dyn InstanceDirectory>,
+        clock: Arc<dyn Clock>,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let now = clock.now();
+        let mut window = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        window.extend(read.into_iter().map(|id| (now, id)));
+        window.retain(|(at, _)| now - *at < MASS_WINDOW);
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.retain(|_, (at, _)| now - *at < KNOWN_FOR);
+        let unlisted = window
             .iter()
-            .map(|id| instances.cluster_instances(&id.place, &id.name));
-        for (id, listed) in ids.iter().zip(futures::future::join_all(lists).await) {
-            match listed {
-                Ok(facts) => {
-                    let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-                    known.insert(id.clone(), (now, Arc::new(facts)));
-                }
-                Err(e) => {
-                    tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not be listed: its warnings are looked up")
+            .map(|(_, id)| id)
+            .filter(|id| !known.contains_key(*id));
+        let mut ids: Vec<ClusterId> = unlisted.cloned().collect();
+        if window.len() < MASS || ids.is_empty() {
+            return None;
+        }
+        ids.sort();
+        ids.dedup();
+        // Marked listed: a list under way or failed is not tried again for a while.
+        for id in &ids {
+            known.insert(id.clone(), (now, Arc::default()));
+        }
+        let known = self.known.clone();
+        let lists = async move {
+            let lists = ids
+                .iter()
+                .map(|id| instances.cluster_instances(&id.place, &id.name));
+            for (id, listed) in ids.iter().zip(futures::future::join_all(lists).await) {
+                match listed {
+                    Ok(facts) => {
+                        let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
+                        known.insert(id.clone(), (now, Arc::new(facts)));
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not be listed: its warnings are looked up")
+                    }
                 }
             }
-        }
+        };
+        Some(async move {
+            until(clock.as_ref(), now + KNOWN_FOR, lists).await;
+        })
     }
 
     /// The facts of the instances of `events` that a cluster's running instances, as listed
@@ -545,11 +550,18 @@ mod tests {
     /// the lookups of their instances, in their own place only, for KNOWN_FOR.
     #[tokio::test]
     async fn a_mass_interruptions_clusters_are_listed_and_answer_their_lookups_for_a_while() {
-        let now = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
+        let clock = ManualClock::at(fixtures::t0());
+        let now = clock.now();
         let fleet = Fleet::many(None, vec![], Arc::new(Connects(AtomicUsize::new(0)))).at(own());
         let (a, b) = (ClusterId::at(&own(), "a"), ClusterId::at(&member(), "b"));
-        let lists = Lists(AtomicUsize::new(0));
+        let lists = Arc::new(Lists(AtomicUsize::new(0)));
         let listed = |n| lists.0.load(Ordering::SeqCst) == n;
+        // What a batch's new warnings of `read` start (the lists, run here to their end).
+        let know = async |read: Vec<ClusterId>| {
+            if let Some(lists) = fleet.know(read, lists.clone(), clock.shared()) {
+                lists.await;
+            }
+        };
         let event = |place: &Place, instance: &str| {
             let mut event = fixtures::event(EventKind::SpotInterruption, "e", instance).build();
             (event.account, event.region) = (place.account.clone(), place.region.clone());
@@ -561,26 +573,27 @@ mod tests {
             found.into_keys().map(|(_, i)| i).collect::<Vec<_>>()
         };
         let mine = [event(&own(), "i-1"), event(&own(), "i-3")];
-        fleet.know(vec![a.clone(); MASS - 1], &lists, now).await;
+        know(vec![a.clone(); MASS - 1]).await;
         assert!(listed(0) && found(&mine, now).is_empty(), "no mass yet");
-        fleet.know(vec![a.clone()], &lists, now).await;
+        know(vec![a.clone()]).await;
         assert!(listed(1));
         assert_eq!(found(&mine, now), ["i-1"]);
         assert!(
             found(&[event(&member(), "i-1")], now).is_empty(),
             "another place"
         );
-        fleet.know(vec![a.clone(); MASS], &lists, now).await;
+        know(vec![a.clone(); MASS]).await;
         assert!(listed(1), "listed once within KNOWN_FOR");
         // A failed list is not tried again within KNOWN_FOR either.
-        fleet.know(vec![b.clone(); MASS], &lists, now).await;
-        fleet.know(vec![b.clone(); MASS], &lists, now).await;
+        know(vec![b.clone(); MASS]).await;
+        know(vec![b.clone(); MASS]).await;
         assert!(listed(2));
-        let later = now + KNOWN_FOR;
+        clock.advance(KNOWN_FOR.to_std().unwrap());
+        let later = clock.now();
         assert!(found(&mine, later).is_empty(), "stale");
-        fleet.know(vec![a.clone()], &lists, later).await;
+        know(vec![a.clone()]).await;
         assert!(listed(2), "the mass was over");
-        fleet.know(vec![a.clone(); MASS], &lists, later).await;
+        know(vec![a.clone(); MASS]).await;
         assert!(listed(3) && found(&mine, later) == ["i-1"]);
     }
 
