@@ -45,7 +45,7 @@ pub const RELIST_UNKNOWN: Duration = Duration::seconds(30);
 /// served clusters read there within [`MASS_WINDOW`] (one invocation reads ten at most). Each
 /// of their clusters is then listed, its running instances' facts answering its lookups for
 /// [`KNOWN_FOR`] (see [`Fleet::know`]).
-pub const MASS: usize = 20;
+pub const MASS: usize = 10;
 pub const MASS_WINDOW: Duration = Duration::seconds(10);
 /// How long a cluster's instances, as an execution environment listed them, answer the
 /// lookups of their warnings; instances launched since are looked up.
