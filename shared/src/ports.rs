@@ -290,23 +290,25 @@ pub trait InstanceDirectory: Send + Sync {
     }
 
     /// The facts of the running instances tagged `kubernetes.io/cluster/<cluster>` in the
-    /// account and region of `place`, up to [`CLUSTER_INSTANCES_MAX`] (EC2: `DescribeInstances`
-    /// filtered on the tag, at most 5 pages): what a mass interruption's lookups are answered
-    /// from (see [`crate::app::fleet::Fleet::know`]). A directory that cannot list answers none.
+    /// account and region of `place`, each page to `found` as it comes: what a mass
+    /// interruption's lookups are answered from (see [`crate::app::fleet::Fleet::know`]). EC2:
+    /// `DescribeInstances` filtered on the tag, one list per zone of the region at once, each at
+    /// most [`CLUSTER_PAGES_MAX`] pages of 1,000. A directory that cannot list finds none.
     async fn cluster_instances(
         &self,
         place: &Place,
         cluster: &str,
-    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
-        let _ = (place, cluster);
-        Ok(BTreeMap::new())
+        found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
+    ) -> Result<(), PortError> {
+        let _ = (place, cluster, found);
+        Ok(())
     }
 }
 
-/// The most instances [`InstanceDirectory::cluster_instances`] lists (five pages of EC2's 1,000):
-/// ten execution environments listing a cluster that large take half of an account's burst of
-/// `DescribeInstances` (100 at once, 20 a second).
-pub const CLUSTER_INSTANCES_MAX: usize = 5_000;
+/// The most pages of 1,000 [`InstanceDirectory::cluster_instances`] reads in a zone: ten
+/// execution environments listing a cluster of 5,000 in three of a region's six zones take
+/// 90 of an account's burst of `DescribeInstances` (100 at once, 20 a second).
+pub const CLUSTER_PAGES_MAX: usize = 5;
 
 pub use crate::domain::facts::{BlockFacts, CapacityBlock};
 

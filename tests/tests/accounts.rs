@@ -11,7 +11,7 @@
 //! unassumable account's warning comes back within seconds and ends in the dead-letter queue,
 //! never acknowledged.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,21 +183,32 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
         );
 
         // A mass interruption's list of the member's cluster (see `Fleet::know`): its running
-        // instances with their facts, in that account only; one terminated is not listed.
+        // instances with their facts, in every zone (each listed apart), in that account only;
+        // one terminated is not listed.
         let other = Launch::spot("demo").zone("eu-west-1b");
         let gone = launch(&member_ec2, &image, &other).await.unwrap().id;
         let terminate = member_ec2.terminate_instances().instance_ids(&gone).send();
         terminate.await.unwrap();
-        let listed = directory.cluster_instances(&member, "demo").await.unwrap();
+        let elsewhere = launch(&member_ec2, &image, &other).await.unwrap().id;
+        let list = async |place: &Place| {
+            let listed = std::sync::Mutex::new(BTreeMap::new());
+            let found = |page: BTreeMap<_, _>| listed.lock().unwrap().extend(page);
+            directory
+                .cluster_instances(place, "demo", &found)
+                .await
+                .unwrap();
+            listed.into_inner().unwrap()
+        };
+        let listed = list(&member).await;
         assert_eq!(listed[&launched.id], *facts);
+        assert_eq!(listed[&elsewhere].zone.as_deref(), Some("eu-west-1b"));
         assert!(!listed.contains_key(&gone), "{listed:#?}");
         assert!(
             listed
                 .values()
                 .all(|i| i.state.as_deref() == Some("running"))
         );
-        let own = place(OWN, "eu-west-1");
-        let own = directory.cluster_instances(&own, "demo").await.unwrap();
+        let own = list(&place(OWN, "eu-west-1")).await;
         assert!(!own.contains_key(&launched.id));
     });
 }

@@ -191,7 +191,11 @@ pub(crate) fn node_name(n: usize) -> String {
     )
 }
 
+/// The zones the instances of a run are in: three of [`REGION_ZONES`].
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+/// The zones of the region (us-east-1 has six), each a list of its own when a cluster's
+/// instances are listed.
+const REGION_ZONES: usize = 6;
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn";
 /// The deployment's own account (the sample events').
 pub(crate) const OWN_ACCOUNT: &str = "123456789012";
@@ -1301,20 +1305,39 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         Ok(found)
     }
 
-    /// As EC2 pages them: 1,000 a call.
+    /// As the EC2 directory lists them: the region's zones (`DescribeAvailabilityZones`, read
+    /// once per environment and place there, here a call's latency before every list: at
+    /// worst), then each zone at once, 1,000 a call (an empty zone a call too), every page
+    /// after its token and its time.
     async fn cluster_instances(
         &self,
         place: &forewarn::ports::Place,
         cluster: &str,
-    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
-        let found = self.known.cluster_instances(place, cluster).await?;
-        let found = found
-            .into_iter()
-            .take(forewarn::ports::CLUSTER_INSTANCES_MAX);
-        let found: BTreeMap<String, InstanceFacts> = found.collect();
-        self.call(place, (found.len().div_ceil(1000), found.len()))
-            .await?;
-        Ok(found)
+        found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
+    ) -> Result<(), forewarn::ports::PortError> {
+        let all = Mutex::new(BTreeMap::new());
+        let each = |page: BTreeMap<_, _>| all.lock().unwrap().extend(page);
+        self.known.cluster_instances(place, cluster, &each).await?;
+        let all = all.into_inner().unwrap();
+        tokio::time::sleep(self.latency.0).await;
+        let zone = |n: usize| ZONES.get(n).copied();
+        let lists = (0..REGION_ZONES).map(|n| {
+            let theirs = all.iter().filter(|(_, i)| i.zone.as_deref() == zone(n));
+            let theirs: Vec<(String, InstanceFacts)> =
+                theirs.map(|(id, i)| (id.clone(), i.clone())).collect();
+            async move {
+                let mut pages: Vec<_> = theirs.chunks(1000).map(<[_]>::to_vec).collect();
+                if pages.is_empty() {
+                    pages.push(vec![]);
+                }
+                for page in pages.into_iter().take(forewarn::ports::CLUSTER_PAGES_MAX) {
+                    self.call(place, (1, page.len())).await?;
+                    found(page.into_iter().collect());
+                }
+                Ok(())
+            }
+        });
+        futures::future::join_all(lists).await.into_iter().collect()
     }
 }
 

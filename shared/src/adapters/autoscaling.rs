@@ -279,8 +279,10 @@ impl GroupClients {
             groups.push(desc);
         }
         // The account's zone IDs: the groups' pools are keyed by them, as the instances' are.
-        match crate::adapters::ec2::zone_ids_of(&self.ec2).await {
-            Ok(ids) => groups.iter_mut().for_each(|g| g.zone_ids.clone_from(&ids)),
+        match crate::adapters::ec2::zones_of(&self.ec2).await {
+            Ok(zones) => groups
+                .iter_mut()
+                .for_each(|g| g.zone_ids.clone_from(&zones.ids)),
             Err(e) => {
                 tracing::warn!(error = %e, "the zone IDs could not be read: node groups' pools keyed by zone name");
             }

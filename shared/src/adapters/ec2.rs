@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use crate::domain::facts::CLUSTER_TAG_PREFIX;
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts};
 use crate::domain::pool::{CapacityType, ZoneIds};
-use crate::ports::{CLUSTER_INSTANCES_MAX, InstanceDirectory, Place, PortError};
+use crate::ports::{CLUSTER_PAGES_MAX, InstanceDirectory, Place, PortError};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 /// EC2 accepts at most 200 values in one filter.
@@ -28,8 +28,8 @@ const CALL: &str = "ec2:DescribeInstances";
 #[derive(Clone, Debug)]
 pub struct Ec2Directory {
     pub(crate) places: PerPlace<Client>,
-    /// Each place's zone IDs by zone name (`DescribeAvailabilityZones`), read once per place.
-    zones: Arc<Mutex<HashMap<Place, Arc<tokio::sync::OnceCell<ZoneIds>>>>>,
+    /// Each place's zones (`DescribeAvailabilityZones`), read once per place.
+    zones: Arc<Mutex<HashMap<Place, Arc<tokio::sync::OnceCell<Zones>>>>>,
 }
 
 impl Ec2Directory {
@@ -117,27 +117,34 @@ impl InstanceDirectory for Ec2Directory {
             let ids = Filter::builder()
                 .name("instance-id")
                 .set_values(Some(chunk.to_vec()));
-            found.extend(
-                self.query(place, &client, vec![ids.build()], usize::MAX)
-                    .await?,
-            );
+            found.extend(self.query(place, &client, vec![ids.build()]).await?);
         }
         Ok(found)
     }
 
-    /// `DescribeInstances` filtered on the tag key and the running state, 1,000 a page, until
-    /// [`CLUSTER_INSTANCES_MAX`].
+    /// `DescribeInstances` filtered on the tag key and the running state, in each zone of the
+    /// place open to the account at once (a list of 5,000 in three zones takes two pages' time,
+    /// not five), 1,000 a page, until [`CLUSTER_PAGES_MAX`] pages a zone. The first error is
+    /// answered once every zone's list is over (the pages found are given all the same).
     async fn cluster_instances(
         &self,
         place: &Place,
         cluster: &str,
-    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
+        found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
+    ) -> Result<(), PortError> {
         let client = self.places.client_for(place, CALL).await?;
-        let filter = |name: &str, value: String| Filter::builder().name(name).values(value).build();
-        let tagged = filter("tag-key", format!("{CLUSTER_TAG_PREFIX}{cluster}"));
-        let running = filter("instance-state-name", "running".into());
-        let filters = vec![tagged, running];
-        (self.query(place, &client, filters, CLUSTER_INSTANCES_MAX)).await
+        let zones = self.zones(place, &client).await?;
+        let filter = |name: &str, value: &str| Filter::builder().name(name).values(value).build();
+        let tag = format!("{CLUSTER_TAG_PREFIX}{cluster}");
+        let lists = zones.open.iter().map(|zone| {
+            let filters = vec![
+                filter("tag-key", &tag),
+                filter("instance-state-name", "running"),
+                filter("availability-zone", zone),
+            ];
+            self.pages(place, &client, filters, CLUSTER_PAGES_MAX, found)
+        });
+        futures::future::join_all(lists).await.into_iter().collect()
     }
 
     /// One `DescribeCapacityReservations` of the reservation (EC2 answers
@@ -163,7 +170,7 @@ impl InstanceDirectory for Ec2Directory {
         let block = Filter::builder()
             .name("capacity-reservation-id")
             .values(reservation_id);
-        let instances = (self.query(place, &client, vec![block.build()], usize::MAX)).await?;
+        let instances = (self.query(place, &client, vec![block.build()])).await?;
         Ok(CapacityBlock { facts, instances })
     }
 }
@@ -189,36 +196,58 @@ pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFact
 
 impl Ec2Directory {
     /// The instances of `place` answering `filters` (`client`'s `DescribeInstances`, 1,000 a
-    /// page, until `most` or the last page), by id, with their zone IDs.
+    /// page, every page), by id, with their zone IDs.
     pub(crate) async fn query(
         &self,
         place: &Place,
         client: &Client,
         filters: Vec<Filter>,
-        most: usize,
     ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
-        let request = client.describe_instances().set_filters(Some(filters));
-        let mut pages = request.max_results(1000).into_paginator().send();
-        let mut found = BTreeMap::new();
-        while found.len() < most
-            && let Some(page) = pages.next().await
-        {
-            let page = page.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
-            let instances = page.reservations().iter().flat_map(|r| r.instances());
-            found.extend(
-                instances
-                    .filter_map(facts_of)
-                    .map(|f| (f.instance_id.clone(), f)),
-            );
-        }
-        self.with_zone_ids(place, client, &mut found).await;
-        Ok(found)
+        let found = Mutex::new(BTreeMap::new());
+        let each = |page: BTreeMap<_, _>| lock(&found).extend(page);
+        self.pages(place, client, filters, usize::MAX, &each)
+            .await?;
+        Ok(found.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Gives `instances` (of `place`, described through `client`) the zone IDs EC2 did not:
-    /// from that account's `DescribeAvailabilityZones`, read once per place (a lookup under
-    /// way is waited for; one that failed is tried again by the next). When it cannot be
-    /// read, they keep none (their pools are keyed by zone name), logged.
+    /// Each page of the instances of `place` answering `filters` (`client`'s
+    /// `DescribeInstances`, 1,000 a page, until `most` pages), by id, with their zone IDs, to
+    /// `found` as it comes.
+    async fn pages(
+        &self,
+        place: &Place,
+        client: &Client,
+        filters: Vec<Filter>,
+        most: usize,
+        found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
+    ) -> Result<(), PortError> {
+        let request = client.describe_instances().set_filters(Some(filters));
+        let mut pages = request.max_results(1000).into_paginator().send();
+        for _ in 0..most {
+            let Some(page) = pages.next().await else {
+                break;
+            };
+            let page = page.map_err(|e| self.places.said(place, CALL, call_error(CALL, e)))?;
+            let instances = page.reservations().iter().flat_map(|r| r.instances());
+            let mut facts = (instances.filter_map(facts_of))
+                .map(|f| (f.instance_id.clone(), f))
+                .collect();
+            self.with_zone_ids(place, client, &mut facts).await;
+            found(facts);
+        }
+        Ok(())
+    }
+
+    /// The zones of `place` (read through `client` once per place: a read under way is waited
+    /// for; one that failed is tried again by the next).
+    async fn zones(&self, place: &Place, client: &Client) -> Result<Zones, PortError> {
+        let zones = lock(&self.zones).entry(place.clone()).or_default().clone();
+        zones.get_or_try_init(|| zones_of(client)).await.cloned()
+    }
+
+    /// Gives `instances` (of `place`, described through `client`) the zone IDs EC2 did not,
+    /// from its [`Ec2Directory::zones`]. When they cannot be read, they keep none (their pools
+    /// are keyed by zone name), logged.
     async fn with_zone_ids(
         &self,
         place: &Place,
@@ -231,12 +260,11 @@ impl Ec2Directory {
         if missing.is_empty() {
             return;
         }
-        let ids = lock(&self.zones).entry(place.clone()).or_default().clone();
-        match ids.get_or_try_init(|| zone_ids_of(client)).await {
-            Ok(ids) => {
+        match self.zones(place, client).await {
+            Ok(zones) => {
                 for instance in missing {
                     let zone = instance.zone.as_deref().unwrap_or_default();
-                    instance.zone_id = ids.get(zone).cloned();
+                    instance.zone_id = zones.ids.get(zone).cloned();
                 }
             }
             Err(e) => {
@@ -246,20 +274,36 @@ impl Ec2Directory {
     }
 }
 
-/// The zone IDs of the account and region of `client`, by zone name (every zone, opted in or
-/// not: an instance may be in a Local Zone).
-pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, PortError> {
+/// The zones of an account and region.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Zones {
+    /// Every zone's ID by its name, opted in or not (an instance may be in a Local Zone).
+    pub ids: ZoneIds,
+    /// The names of those open to the account (not opt-in, or opted in): where it can run
+    /// instances.
+    pub open: Vec<String>,
+}
+
+/// The zones of the account and region of `client`.
+pub async fn zones_of(client: &Client) -> Result<Zones, PortError> {
+    use aws_sdk_ec2::types::AvailabilityZoneOptInStatus as OptIn;
     let out = client
         .describe_availability_zones()
         .all_availability_zones(true)
         .send()
         .await
         .map_err(|e| call_error("ec2:DescribeAvailabilityZones", e))?;
-    Ok(out
-        .availability_zones()
-        .iter()
-        .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
-        .collect())
+    let zones = out.availability_zones();
+    let open =
+        |z: &&aws_sdk_ec2::types::AvailabilityZone| z.opt_in_status() != Some(&OptIn::NotOptedIn);
+    Ok(Zones {
+        ids: (zones.iter())
+            .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
+            .collect(),
+        open: (zones.iter().filter(open))
+            .filter_map(|z| z.zone_name().map(str::to_string))
+            .collect(),
+    })
 }
 
 #[cfg(test)]

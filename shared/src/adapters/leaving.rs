@@ -40,7 +40,7 @@ impl LeavingInstances for Ec2Directory {
         for (name, value) in by_tag {
             let tag = Filter::builder().name(name).values(value).build();
             let filters = vec![tag, states.clone()];
-            found.extend(self.query(place, &client, filters, usize::MAX).await?);
+            found.extend(self.query(place, &client, filters).await?);
         }
         Ok(found.into_values().collect())
     }

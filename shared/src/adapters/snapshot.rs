@@ -430,15 +430,17 @@ impl InstanceDirectory for SnapshotInstances {
         Ok(known_of(&self.0, instance_ids))
     }
 
-    /// The captured instances tagged for `cluster`.
+    /// The captured instances tagged for `cluster`, in one page.
     async fn cluster_instances(
         &self,
         _place: &Place,
         cluster: &str,
-    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
+        found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
+    ) -> Result<(), PortError> {
         let tag = format!("{}{cluster}", crate::domain::facts::CLUSTER_TAG_PREFIX);
         let ours = self.0.iter().filter(|(_, i)| i.tags.contains_key(&tag));
-        Ok(ours.map(|(id, i)| (id.clone(), i.clone())).collect())
+        found(ours.map(|(id, i)| (id.clone(), i.clone())).collect());
+        Ok(())
     }
 
     /// The captured instances that run in the reservation, and the block's type and zone as

@@ -407,8 +407,9 @@ impl forewarn::ports::InstanceDirectory for Lookups {
         &self,
         place: &Place,
         cluster: &str,
-    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
-        self.0.cluster_instances(place, cluster).await
+        found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
+    ) -> Result<(), forewarn::ports::PortError> {
+        self.0.cluster_instances(place, cluster, found).await
     }
 }
 

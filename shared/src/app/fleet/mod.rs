@@ -149,7 +149,7 @@ pub struct Fleet {
 }
 
 /// A cluster's running instances as listed, and when (see [`Fleet::know`]).
-type Listed = (DateTime<Utc>, Arc<BTreeMap<String, InstanceFacts>>);
+type Listed = (DateTime<Utc>, BTreeMap<String, InstanceFacts>);
 
 /// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
 /// not say), sorted, none twice. A place whose list cannot be read keeps its clusters of
@@ -344,9 +344,10 @@ impl Fleet {
     /// clusters not listed here within [`KNOWN_FOR`] is to have its running instances listed
     /// from `instances`: the lists (at once), for the caller to run in the background, until
     /// `clock` says `KNOWN_FOR` is over. Their facts answer the lookups of the clusters'
-    /// warnings for a while ([`Fleet::listed`]), so that a mass interruption's lookups cost EC2
-    /// a page per 1,000 instances, not a call per batch. A list that fails is logged, and is
-    /// not tried again within [`KNOWN_FOR`]: its warnings are looked up as any.
+    /// warnings for a while ([`Fleet::listed`]), each page as it comes, so that a mass
+    /// interruption's lookups cost EC2 a page per 1,000 instances, not a call per batch. A list
+    /// that fails is logged, and is not tried again within [`KNOWN_FOR`]: the warnings it did
+    /// not find are looked up as any.
     pub fn know(
         &self,
         read: Vec<ClusterId>,
@@ -371,24 +372,25 @@ impl Fleet {
         ids.dedup();
         // Marked listed: a list under way or failed is not tried again for a while.
         for id in &ids {
-            known.insert(id.clone(), (now, Arc::default()));
+            known.insert(id.clone(), (now, BTreeMap::new()));
         }
         let known = self.known.clone();
         let lists = async move {
-            let lists = ids
-                .iter()
-                .map(|id| instances.cluster_instances(&id.place, &id.name));
-            for (id, listed) in ids.iter().zip(futures::future::join_all(lists).await) {
-                match listed {
-                    Ok(facts) => {
-                        let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
-                        known.insert(id.clone(), (now, Arc::new(facts)));
+            let (known, instances) = (&known, &instances);
+            let lists = ids.iter().map(|id| async move {
+                // Each page answers lookups as it comes.
+                let found = |page: BTreeMap<_, _>| {
+                    let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some((_, facts)) = known.get_mut(id) {
+                        facts.extend(page);
                     }
-                    Err(e) => {
-                        tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not be listed: its warnings are looked up")
-                    }
+                };
+                let list = instances.cluster_instances(&id.place, &id.name, &found);
+                if let Err(e) = list.await {
+                    tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not all be listed: the others are looked up")
                 }
-            }
+            });
+            futures::future::join_all(lists).await;
         };
         Some(async move {
             until(clock.as_ref(), now + KNOWN_FOR, lists).await;
@@ -516,8 +518,8 @@ mod tests {
         assert!(!one.busy("a", now));
     }
 
-    /// What lists a cluster's instances (cluster `a` of the own place has `i-1` and `i-2`; a
-    /// member's cluster fails), counting its calls.
+    /// What lists a cluster's instances (cluster `a` of the own place has `i-1` and `i-2`, a
+    /// page each; a member's cluster fails after a page of `i-9`), counting its calls.
     struct Lists(AtomicUsize);
 
     #[async_trait]
@@ -534,14 +536,19 @@ mod tests {
             &self,
             place: &Place,
             cluster: &str,
-        ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
+            found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
+        ) -> Result<(), PortError> {
             self.0.fetch_add(1, Ordering::SeqCst);
+            let page =
+                |id: &str| BTreeMap::from([(id.to_string(), fixtures::instance(id).build())]);
             if *place == member() {
+                found(page("i-9"));
                 return Err(PortError::new("ec2", FailureKind::Throttled, "slow down"));
             }
             assert_eq!((place, cluster), (&own(), "a"));
-            let facts = |id: &str| (id.to_string(), fixtures::instance(id).build());
-            Ok(BTreeMap::from([facts("i-1"), facts("i-2")]))
+            found(page("i-1"));
+            found(page("i-2"));
+            Ok(())
         }
     }
 
@@ -584,10 +591,12 @@ mod tests {
         );
         know(vec![a.clone(); MASS]).await;
         assert!(listed(1), "listed once within KNOWN_FOR");
-        // A failed list is not tried again within KNOWN_FOR either.
+        // A failed list is not tried again within KNOWN_FOR either; its pages found answer.
         know(vec![b.clone(); MASS]).await;
         know(vec![b.clone(); MASS]).await;
         assert!(listed(2));
+        let theirs = [event(&member(), "i-9"), event(&member(), "i-8")];
+        assert_eq!(found(&theirs, now), ["i-9"]);
         clock.advance(KNOWN_FOR.to_std().unwrap());
         let later = clock.now();
         assert!(found(&mine, later).is_empty(), "stale");
