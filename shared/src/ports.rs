@@ -292,22 +292,24 @@ pub trait InstanceDirectory: Send + Sync {
     /// The facts of the running instances tagged `kubernetes.io/cluster/<cluster>` in the
     /// account and region of `place`, each page to `found` as it comes: what a mass
     /// interruption's lookups are answered from (see [`crate::app::fleet::Fleet::know`]). EC2:
-    /// `DescribeInstances` filtered on the tag, one list per zone of the region at once, each at
-    /// most [`CLUSTER_PAGES_MAX`] pages of 1,000. A directory that cannot list finds none.
+    /// `DescribeInstances` filtered on the tag, [`CLUSTER_PAGES_MAX`] pages of 1,000 at most:
+    /// in each zone of the region at once when they are no more than `at_once`, else in one
+    /// list. A directory that cannot list finds none.
     async fn cluster_instances(
         &self,
         place: &Place,
         cluster: &str,
+        at_once: usize,
         found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
     ) -> Result<(), PortError> {
-        let _ = (place, cluster, found);
+        let _ = (place, cluster, at_once, found);
         Ok(())
     }
 }
 
-/// The most pages of 1,000 [`InstanceDirectory::cluster_instances`] reads in a zone: ten
-/// execution environments listing a cluster of 5,000 in three of a region's six zones take
-/// 90 of an account's burst of `DescribeInstances` (100 at once, 20 a second).
+/// The most pages of 1,000 [`InstanceDirectory::cluster_instances`] reads in a list (a zone's,
+/// or a region's): ten execution environments listing a cluster of 5,000 in three of a
+/// region's six zones take 90 of an account's burst of `DescribeInstances` (100 at once).
 pub const CLUSTER_PAGES_MAX: usize = 5;
 
 pub use crate::domain::facts::{BlockFacts, CapacityBlock};

@@ -183,23 +183,28 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
         );
 
         // A mass interruption's list of the member's cluster (see `Fleet::know`): its running
-        // instances with their facts, in every zone (each listed apart), in that account only;
-        // one terminated is not listed.
+        // instances with their facts, in that account only, one terminated not listed; in each
+        // of the region's three zones at once (a page each) when three calls may start at
+        // once, else in one list.
         let other = Launch::spot("demo").zone("eu-west-1b");
         let gone = launch(&member_ec2, &image, &other).await.unwrap().id;
         let terminate = member_ec2.terminate_instances().instance_ids(&gone).send();
         terminate.await.unwrap();
         let elsewhere = launch(&member_ec2, &image, &other).await.unwrap().id;
-        let list = async |place: &Place| {
-            let listed = std::sync::Mutex::new(BTreeMap::new());
-            let found = |page: BTreeMap<_, _>| listed.lock().unwrap().extend(page);
-            directory
-                .cluster_instances(place, "demo", &found)
-                .await
-                .unwrap();
+        let list = async |place: &Place, at_once| {
+            let listed = std::sync::Mutex::new((BTreeMap::new(), 0));
+            let found = |page: BTreeMap<_, _>| {
+                let mut listed = listed.lock().unwrap();
+                listed.0.extend(page);
+                listed.1 += 1;
+            };
+            let list = directory.cluster_instances(place, "demo", at_once, &found);
+            list.await.unwrap();
             listed.into_inner().unwrap()
         };
-        let listed = list(&member).await;
+        let (listed, pages) = list(&member, 3).await;
+        assert_eq!(pages, 3);
+        assert_eq!(list(&member, 2).await, (listed.clone(), 1));
         assert_eq!(listed[&launched.id], *facts);
         assert_eq!(listed[&elsewhere].zone.as_deref(), Some("eu-west-1b"));
         assert!(!listed.contains_key(&gone), "{listed:#?}");
@@ -208,7 +213,7 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
                 .values()
                 .all(|i| i.state.as_deref() == Some("running"))
         );
-        let own = list(&place(OWN, "eu-west-1")).await;
+        let (own, _) = list(&place(OWN, "eu-west-1"), 3).await;
         assert!(!own.contains_key(&launched.id));
     });
 }

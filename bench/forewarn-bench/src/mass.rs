@@ -1305,24 +1305,31 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         Ok(found)
     }
 
-    /// As the EC2 directory lists them: the region's zones (`DescribeAvailabilityZones`, read
-    /// once per environment and place there, here a call's latency before every list: at
-    /// worst), then each zone at once, 1,000 a call (an empty zone a call too), every page
-    /// after its token and its time.
+    /// As the EC2 directory lists them, every page after its token and its time, 1,000 a call:
+    /// when the region's zones may be listed at once (`at_once`), its zones
+    /// (`DescribeAvailabilityZones`, read once per environment and place there, here a call's
+    /// latency before every such list: at worst), then each zone at once (an empty zone a call
+    /// too); else in one list.
     async fn cluster_instances(
         &self,
         place: &forewarn::ports::Place,
         cluster: &str,
+        at_once: usize,
         found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
     ) -> Result<(), forewarn::ports::PortError> {
         let all = Mutex::new(BTreeMap::new());
         let each = |page: BTreeMap<_, _>| all.lock().unwrap().extend(page);
-        self.known.cluster_instances(place, cluster, &each).await?;
+        self.known
+            .cluster_instances(place, cluster, 1, &each)
+            .await?;
         let all = all.into_inner().unwrap();
-        tokio::time::sleep(self.latency.0).await;
+        let zoned = REGION_ZONES <= at_once;
+        if zoned {
+            tokio::time::sleep(self.latency.0).await;
+        }
         let zone = |n: usize| ZONES.get(n).copied();
-        let lists = (0..REGION_ZONES).map(|n| {
-            let theirs = all.iter().filter(|(_, i)| i.zone.as_deref() == zone(n));
+        let lists = (0..if zoned { REGION_ZONES } else { 1 }).map(|n| {
+            let theirs = (all.iter()).filter(|(_, i)| !zoned || i.zone.as_deref() == zone(n));
             let theirs: Vec<(String, InstanceFacts)> =
                 theirs.map(|(id, i)| (id.clone(), i.clone())).collect();
             async move {

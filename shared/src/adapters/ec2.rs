@@ -122,28 +122,35 @@ impl InstanceDirectory for Ec2Directory {
         Ok(found)
     }
 
-    /// `DescribeInstances` filtered on the tag key and the running state, in each zone of the
-    /// place open to the account at once (a list of 5,000 in three zones takes two pages' time,
-    /// not five), 1,000 a page, until [`CLUSTER_PAGES_MAX`] pages a zone. The first error is
-    /// answered once every zone's list is over (the pages found are given all the same).
+    /// `DescribeInstances` filtered on the tag key and the running state, 1,000 a page, until
+    /// [`CLUSTER_PAGES_MAX`] pages a list: in each zone of the place open to the account at
+    /// once when they are at most `at_once` (a list of 5,000 in three zones takes two pages'
+    /// time, not five), else in one list. The first error is answered once every list is over
+    /// (the pages found are given all the same).
     async fn cluster_instances(
         &self,
         place: &Place,
         cluster: &str,
+        at_once: usize,
         found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
     ) -> Result<(), PortError> {
         let client = self.places.client_for(place, CALL).await?;
-        let zones = self.zones(place, &client).await?;
         let filter = |name: &str, value: &str| Filter::builder().name(name).values(value).build();
         let tag = format!("{CLUSTER_TAG_PREFIX}{cluster}");
-        let lists = zones.open.iter().map(|zone| {
-            let filters = vec![
-                filter("tag-key", &tag),
-                filter("instance-state-name", "running"),
-                filter("availability-zone", zone),
-            ];
-            self.pages(place, &client, filters, CLUSTER_PAGES_MAX, found)
-        });
+        let cluster = vec![
+            filter("tag-key", &tag),
+            filter("instance-state-name", "running"),
+        ];
+        let mut lists = vec![cluster.clone()];
+        if at_once > 1 {
+            let zones = self.zones(place, &client).await?.open;
+            if zones.len() <= at_once {
+                let zone = |z: &String| [cluster.clone(), vec![filter("availability-zone", z)]];
+                lists = zones.iter().map(|z| zone(z).concat()).collect();
+            }
+        }
+        let lists = (lists.into_iter())
+            .map(|filters| self.pages(place, &client, filters, CLUSTER_PAGES_MAX, found));
         futures::future::join_all(lists).await.into_iter().collect()
     }
 

@@ -435,6 +435,7 @@ impl InstanceDirectory for SnapshotInstances {
         &self,
         _place: &Place,
         cluster: &str,
+        _at_once: usize,
         found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
     ) -> Result<(), PortError> {
         let tag = format!("{}{cluster}", crate::domain::facts::CLUSTER_TAG_PREFIX);

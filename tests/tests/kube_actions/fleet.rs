@@ -407,9 +407,12 @@ impl forewarn::ports::InstanceDirectory for Lookups {
         &self,
         place: &Place,
         cluster: &str,
+        at_once: usize,
         found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
     ) -> Result<(), forewarn::ports::PortError> {
-        self.0.cluster_instances(place, cluster, found).await
+        self.0
+            .cluster_instances(place, cluster, at_once, found)
+            .await
     }
 }
 

@@ -47,6 +47,10 @@ pub const RELIST_UNKNOWN: Duration = Duration::seconds(30);
 /// [`KNOWN_FOR`] (see [`Fleet::know`]).
 pub const MASS: usize = 10;
 pub const MASS_WINDOW: Duration = Duration::seconds(10);
+/// The most `DescribeInstances` an execution environment's lists of a mass interruption start
+/// at once: ten environments take an account's burst (100 at once). A cluster that is a mass
+/// interruption by itself is listed in each zone at once within it, any other in one list.
+pub const LIST_CALLS: usize = 10;
 /// How long a cluster's instances, as an execution environment listed them, answer the
 /// lookups of their warnings; instances launched since are looked up.
 pub const KNOWN_FOR: Duration = Duration::seconds(60);
@@ -370,6 +374,13 @@ impl Fleet {
         }
         ids.sort();
         ids.dedup();
+        let masses = |id: &ClusterId| window.iter().filter(|(_, w)| w == id).count() >= MASS;
+        let alone = ids.iter().filter(|id| !masses(id)).count();
+        let spare = LIST_CALLS.saturating_sub(alone) / (ids.len() - alone).max(1);
+        let at_once: Vec<usize> = ids
+            .iter()
+            .map(|id| if masses(id) { spare.max(1) } else { 1 })
+            .collect();
         // Marked listed: a list under way or failed is not tried again for a while.
         for id in &ids {
             known.insert(id.clone(), (now, BTreeMap::new()));
@@ -377,7 +388,7 @@ impl Fleet {
         let known = self.known.clone();
         let lists = async move {
             let (known, instances) = (&known, &instances);
-            let lists = ids.iter().map(|id| async move {
+            let lists = ids.iter().zip(at_once).map(|(id, at_once)| async move {
                 // Each page answers lookups as it comes.
                 let found = |page: BTreeMap<_, _>| {
                     let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
@@ -385,7 +396,7 @@ impl Fleet {
                         facts.extend(page);
                     }
                 };
-                let list = instances.cluster_instances(&id.place, &id.name, &found);
+                let list = instances.cluster_instances(&id.place, &id.name, at_once, &found);
                 if let Err(e) = list.await {
                     tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not all be listed: the others are looked up")
                 }
@@ -519,8 +530,9 @@ mod tests {
     }
 
     /// What lists a cluster's instances (cluster `a` of the own place has `i-1` and `i-2`, a
-    /// page each; a member's cluster fails after a page of `i-9`), counting its calls.
-    struct Lists(AtomicUsize);
+    /// page each; a member's cluster fails after a page of `i-9`; any other has none), counting
+    /// its calls and keeping the calls each list may start at once.
+    struct Lists(AtomicUsize, Mutex<Vec<usize>>);
 
     #[async_trait]
     impl InstanceDirectory for Lists {
@@ -536,18 +548,21 @@ mod tests {
             &self,
             place: &Place,
             cluster: &str,
+            at_once: usize,
             found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
         ) -> Result<(), PortError> {
             self.0.fetch_add(1, Ordering::SeqCst);
+            self.1.lock().unwrap().push(at_once);
             let page =
                 |id: &str| BTreeMap::from([(id.to_string(), fixtures::instance(id).build())]);
             if *place == member() {
                 found(page("i-9"));
                 return Err(PortError::new("ec2", FailureKind::Throttled, "slow down"));
             }
-            assert_eq!((place, cluster), (&own(), "a"));
-            found(page("i-1"));
-            found(page("i-2"));
+            if (place, cluster) == (&own(), "a") {
+                found(page("i-1"));
+                found(page("i-2"));
+            }
             Ok(())
         }
     }
@@ -561,7 +576,7 @@ mod tests {
         let now = clock.now();
         let fleet = Fleet::many(None, vec![], Arc::new(Connects(AtomicUsize::new(0)))).at(own());
         let (a, b) = (ClusterId::at(&own(), "a"), ClusterId::at(&member(), "b"));
-        let lists = Arc::new(Lists(AtomicUsize::new(0)));
+        let lists = Arc::new(Lists(AtomicUsize::new(0), Mutex::default()));
         let listed = |n| lists.0.load(Ordering::SeqCst) == n;
         // What a batch's new warnings of `read` start (the lists, run here to their end).
         let know = async |read: Vec<ClusterId>| {
@@ -604,6 +619,14 @@ mod tests {
         assert!(listed(2), "the mass was over");
         know(vec![a.clone(); MASS]).await;
         assert!(listed(3) && found(&mine, later) == ["i-1"]);
+        // A cluster that is a mass interruption by itself may start LIST_CALLS at once; ten
+        // clusters of a warning each, one each.
+        clock.advance(KNOWN_FOR.to_std().unwrap());
+        let ten = (0..MASS).map(|n| ClusterId::at(&own(), &format!("c{n}")));
+        know(ten.collect()).await;
+        let at_once = lists.1.lock().unwrap().clone();
+        assert_eq!(at_once[..3], [LIST_CALLS; 3]);
+        assert_eq!(at_once[3..], [1; MASS]);
     }
 
     #[tokio::test]
