@@ -42,7 +42,7 @@ pub const BREAK: Duration = Duration::seconds(10);
 pub const RELIST_UNKNOWN: Duration = Duration::seconds(30);
 
 /// A mass interruption, as an execution environment sees it: at least [`MASS`] new warnings of
-/// served clusters read there within [`MASS_WINDOW`] (one invocation reads ten at most). Each
+/// served clusters read there within [`MASS_WINDOW`] (a full batch). Each
 /// of their clusters is then listed, its running instances' facts answering its lookups for
 /// [`KNOWN_FOR`] (see [`Fleet::know`]).
 pub const MASS: usize = 10;
@@ -374,9 +374,10 @@ impl Fleet {
         }
         ids.sort();
         ids.dedup();
+        // A call each for the clusters not a mass by themselves; the rest of LIST_CALLS shared.
         let masses = |id: &ClusterId| window.iter().filter(|(_, w)| w == id).count() >= MASS;
-        let alone = ids.iter().filter(|id| !masses(id)).count();
-        let spare = LIST_CALLS.saturating_sub(alone) / (ids.len() - alone).max(1);
+        let others = ids.iter().filter(|id| !masses(id)).count();
+        let spare = LIST_CALLS.saturating_sub(others) / (ids.len() - others).max(1);
         let at_once: Vec<usize> = ids
             .iter()
             .map(|id| if masses(id) { spare.max(1) } else { 1 })
