@@ -293,8 +293,8 @@ pub trait InstanceDirectory: Send + Sync {
     /// account and region of `place`, each page to `found` as it comes: what a mass
     /// interruption's lookups are answered from (see [`crate::app::fleet::Fleet::know`]). EC2:
     /// `DescribeInstances` filtered on the tag, [`CLUSTER_PAGES_MAX`] pages of 1,000 at most:
-    /// in each zone of the region at once when they are no more than `at_once`, else in one
-    /// list. A directory that cannot list finds none.
+    /// in each zone of the region at once when they are no more than `at_once` (and can
+    /// be read), else in one list. A directory that cannot list finds none.
     async fn cluster_instances(
         &self,
         place: &Place,

@@ -213,8 +213,16 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
                 .values()
                 .all(|i| i.state.as_deref() == Some("running"))
         );
-        let (own, _) = list(&place(OWN, "eu-west-1"), 3).await;
+        // Zones that cannot be read (here: denied, in the own account's eu-west-1, not read
+        // there yet) leave the cluster in one list, not unlisted.
+        let denied = DESCRIBE_DENIED.replace("DescribeInstances", "DescribeAvailabilityZones");
+        let zones = "DescribeAvailabilityZones";
+        proxy.inject(AwsFault::operation("ec2", zones, FaultKind::Answer(403, denied), 1));
+        proxy.reset();
+        let (own, pages) = list(&place(OWN, "eu-west-1"), 3).await;
         assert!(!own.contains_key(&launched.id));
+        assert_eq!(pages, 1, "{:#?}", proxy.calls());
+        assert_eq!(of(&proxy.calls(), zones).len(), 1);
     });
 }
 
