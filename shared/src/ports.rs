@@ -462,6 +462,12 @@ pub trait Executor: Send + Sync {
         nodes: &[String],
         work: Work,
     ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, PortError>;
+
+    /// The requests its client-side rate limit lets out at once now, without waiting (see
+    /// [`crate::app::fleet::triage`]); `None`: no limit.
+    fn free_requests(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Where a drain's continuations go (see [`crate::domain::inbound::continuation`]): a new message on

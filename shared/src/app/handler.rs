@@ -166,13 +166,21 @@ impl Handler {
         let parted = &parted;
         let runs = shares.into_iter().map(|(to, share)| async move {
             // A cluster's share is triaged (what it does not take on sent back, see `triage`).
-            let cluster = match &to {
-                Destination::Cluster(id) => id.as_ref().map(ToString::to_string),
-                _ => None,
+            let (cluster, id) = match &to {
+                Destination::Cluster(id) => (id.as_ref().map(ToString::to_string), id.as_ref()),
+                _ => (None, None),
             };
             let takes = self.takes_per_cluster.zip(queue);
             let takes = takes.filter(|_| matches!(to, Destination::Cluster(_)));
-            let busy = (cluster.as_deref()).is_some_and(|c| self.fleet.busy(c, self.clock.now()));
+            // Busy, it keeps what its rate limit lets out at once (see `triage::keeps`).
+            let busy = match cluster.as_deref().zip(id) {
+                Some((name, id)) if self.fleet.busy(name, self.clock.now()) => {
+                    let cluster = self.fleet.cluster(Some(id)).await.ok();
+                    let executor = cluster.as_ref().and_then(|c| c.executor.as_ref());
+                    Some(triage::keeps(executor.and_then(|e| e.free_requests())))
+                }
+                _ => None,
+            };
             let own = triage::new_warnings(&share);
             let burst = takes.is_some() && own > 1 && own == new_warnings;
             let (share, later) = match takes {
@@ -184,7 +192,7 @@ impl Handler {
                 match takes {
                     Some((takes, queue)) => {
                         let to = (&to, self.passes.tenant);
-                        triage::requeue(queue, to, later, (busy, takes)).await
+                        triage::requeue(queue, to, later, (busy.is_some(), takes)).await
                     }
                     None => (later, Vec::new()),
                 }

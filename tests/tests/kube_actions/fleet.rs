@@ -113,6 +113,11 @@ fn blue_and_green() -> Vec<ClusterId> {
 }
 
 fn handler(two: &Two, dir: &std::path::Path) -> Handler {
+    limited(two, dir, None)
+}
+
+/// [`handler`], its clients of each cluster under this rate limit (`(requests/s, burst)`).
+fn limited(two: &Two, dir: &std::path::Path, limit: Option<(f64, u32)>) -> Handler {
     let base = Config {
         cluster: None,
         ..config()
@@ -122,7 +127,7 @@ fn handler(two: &Two, dir: &std::path::Path) -> Handler {
         .map(|name| {
             let fake = two.fake(name).unwrap();
             let c = ClusterClient::new(fake.client()).with_clock(two.clock.shared());
-            (name.to_string(), c)
+            (name.to_string(), c.with_rate_limit(limit))
         })
         .collect();
     let connector = ToFakes {
@@ -414,6 +419,41 @@ impl forewarn::ports::InstanceDirectory for Lookups {
             .cluster_instances(place, cluster, at_once, found)
             .await
     }
+}
+
+/// While its cluster is busy, a share keeps the new warnings the execution environment's rate
+/// limit of the cluster lets out at once (two requests a cordon), so that the environment's
+/// share of the API server is not idle while a burst is read; the rest go back (issue 59).
+#[tokio::test]
+async fn a_busy_cluster_keeps_the_new_warnings_its_rate_limit_lets_out_at_once() {
+    let two = Two::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(crate::support::Continuations::default());
+    // A burst of 4 requests, refilled within 100 ms: two cordons' requests free at once.
+    let mut handler = limited(&two, dir.path(), Some((1000.0, 4)));
+    handler.passes.queue = Some(queue.clone());
+    handler.takes_per_cluster = Some(11);
+    let warning = |id: &str| rebalance(id, BLUE_ID, &two.clock).to_string();
+    let requeued = |inv: &forewarn::app::handler::Invocation| -> Vec<bool> {
+        assert_eq!(inv.response["batchItemFailures"], serde_json::json!([]));
+        (inv.reports.iter())
+            .map(|r| r.outcome == Outcome::Requeued)
+            .collect()
+    };
+    let burst = [warning("b1"), warning("b2")];
+    let inv = handler.invoke(from_queue(&burst), None).await.unwrap();
+    assert_eq!(requeued(&inv), [false, false], "{inv:#?}");
+    // Blue busy (its burst less than HOLD ago), its bucket full again.
+    two.clock.advance(Duration::from_millis(100));
+    let four = ["b3", "b4", "b5", "b6"].map(warning);
+    let inv = handler.invoke(from_queue(&four), None).await.unwrap();
+    assert_eq!(requeued(&inv), [false, false, true, true], "{inv:#?}");
+    let sent: Vec<String> = (queue.sent.lock().unwrap().iter())
+        .map(|s| s.1.clone())
+        .collect();
+    let blue = ClusterId::parse("blue").unwrap().to_string();
+    let triaged = |b: &str| forewarn::domain::inbound::sqs::triaged_body(b, &blue);
+    assert_eq!(sent, [triaged(&four[2]), triaged(&four[3])]);
 }
 
 /// Triage of a busy cluster (issue 59): after a burst of blue's new warnings (more than one in

@@ -223,6 +223,12 @@ impl ClusterClient {
         }
     }
 
+    /// The requests the client's rate limit lets out at once now (see
+    /// [`super::api::rate_limit::RateLimiter::free`]); `None`: no limit.
+    pub(crate) fn free_requests(&self) -> Option<f64> {
+        Some(self.limiter.as_ref()?.free(self.clock.now()))
+    }
+
     /// A `Retry-After` seen by one request holds back every request under the client's rate
     /// limit (when it has one) for `after`.
     pub(crate) fn pause_all(&self, after: Duration) {

@@ -298,6 +298,10 @@ impl Executor for KubeExecutor {
         let room = super::surge::room_of(&clients, nodes).await;
         room.map_err(failed("", Some(doing)))
     }
+
+    fn free_requests(&self) -> Option<f64> {
+        self.clients.free_requests()
+    }
 }
 
 /// The port's error of a step for `instance_id` (none: the executor's own work) that failed

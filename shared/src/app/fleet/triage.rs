@@ -8,11 +8,13 @@
 //! - a cluster's **new warnings while it is busy**: a burst of them (a batch whose new warnings
 //!   were all that cluster's, more than one: the queue's head was its alone) was in this
 //!   execution environment less than [`HOLD`] ago (see `Fleet::busy`). Batches that mix
-//!   clusters' warnings make none busy: each cluster has its part of every batch already. Each goes
-//!   back marked as triaged ([`crate::domain::inbound::sqs::TRIAGED_KEY`]): read again, it is
-//!   worked on, never sent back for this again. So a burst is read at the speed of sending it
-//!   back, while the warnings already triaged keep every environment's share of the cluster's
-//!   API server at work.
+//!   clusters' warnings make none busy: each cluster has its part of every batch already. Past
+//!   what the environment's rate limit of the cluster lets out at once ([`keeps`], so that its
+//!   share of the API server is not idle while the burst is read), each goes back marked as
+//!   triaged ([`crate::domain::inbound::sqs::TRIAGED_KEY`]): read again, it is worked on, never
+//!   sent back for this again. So a burst is read at the speed of sending it back, while the
+//!   warnings already triaged keep every environment's share of the cluster's API server at
+//!   work.
 //! - past **what an invocation takes on** of one cluster ([`takes`]: what its share of the
 //!   cluster's API server cordons in about a second), any message of it: a batch larger than
 //!   that would hold one environment's share for longer.
@@ -62,26 +64,44 @@ pub fn new_warnings(share: &Share) -> usize {
     share.records.iter().filter(|r| new_warning(r)).count()
 }
 
+/// The new warnings a busy cluster's share works on rather than sends back: the cordons its
+/// environment's rate limit of the cluster lets out at once now (`free`: its free requests), so
+/// that the environment's share of the API server is not left idle while a burst is read, and
+/// the reading waits for no token. Without a limit, none.
+pub fn keeps(free: Option<f64>) -> usize {
+    (free.unwrap_or_default() / REQUESTS_PER_CORDON).floor() as usize
+}
+
 /// `share`, one cluster's, split into what the invocation works on and what goes back to the
-/// queue, in batch order: while the cluster is `busy`, its new warnings; of the rest, its
-/// messages past the first `takes`. Only whole messages of the batch go back: not a kept copy
-/// (no message), not a part of an event split between clusters (at a position in `parted`), not
-/// what is not from a queue or decoded to no event.
-pub fn triage(share: Share, takes: usize, busy: bool, parted: &BTreeSet<usize>) -> (Share, Share) {
+/// queue, in batch order: while the cluster is busy (`Some(keeps)`), its new warnings past the
+/// first `keeps`; of the rest, its messages past the first `takes`. Only whole messages of the
+/// batch go back: not a kept copy (no message), not a part of an event split between clusters
+/// (at a position in `parted`), not what is not from a queue or decoded to no event.
+pub fn triage(
+    share: Share,
+    takes: usize,
+    busy: Option<usize>,
+    parted: &BTreeSet<usize>,
+) -> (Share, Share) {
     let (mut now, mut later) = (Share::default(), Share::default());
-    let mut taken = 0;
+    let (mut taken, mut kept) = (0, 0);
     for (record, position) in share.records.into_iter().zip(share.positions) {
         let movable = record.event.is_ok()
             && !record.kept
             && record.body.is_some()
             && record.queue_arn.is_some()
             && !parted.contains(&position);
+        let mut take = || {
+            taken += 1;
+            taken > takes
+        };
         let back = movable
-            && if busy && new_warning(&record) {
-                true
-            } else {
-                taken += 1;
-                taken > takes
+            && match busy {
+                Some(keeps) if new_warning(&record) => {
+                    kept += 1;
+                    kept > keeps || take()
+                }
+                _ => take(),
             };
         let to = if back { &mut later } else { &mut now };
         to.records.push(record);
@@ -185,7 +205,7 @@ mod tests {
     #[test]
     fn first_time_events_past_what_is_taken_go_back_in_batch_order() {
         let bodies: Vec<String> = (0..5).map(spot).collect();
-        let (now, later) = triage(share(&bodies), 3, false, &BTreeSet::new());
+        let (now, later) = triage(share(&bodies), 3, None, &BTreeSet::new());
         assert_eq!(now.positions, [10, 11, 12]);
         assert_eq!(later.positions, [13, 14]);
         assert_eq!(later.records[0].body.as_deref(), Some(bodies[3].as_str()));
@@ -193,7 +213,7 @@ mod tests {
         // whole event), nor is what no event came of: an undecodable message here.
         let mut bodies = bodies;
         bodies[1] = "not JSON".into();
-        let (now, later) = triage(share(&bodies), 2, false, &BTreeSet::from([12]));
+        let (now, later) = triage(share(&bodies), 2, None, &BTreeSet::from([12]));
         assert_eq!(now.positions, [10, 11, 12, 13]);
         assert_eq!(later.positions, [14]);
         // A kept copy, or a record without the queue it came from, is never sent back; a
@@ -202,15 +222,16 @@ mod tests {
         s.records[0].kept = true;
         s.records[2].queue_arn = None;
         s.records[3].continuation = Some(Default::default());
-        let (now, later) = triage(s, 0, false, &BTreeSet::new());
+        let (now, later) = triage(s, 0, None, &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![10, 11, 12], vec![13])
         );
     }
 
-    /// While its cluster is busy, a share's new warnings go back, whatever it takes on; its
-    /// continuations and what was triaged already are worked on (up to what it takes on).
+    /// While its cluster is busy, a share's new warnings go back past the first it keeps
+    /// (what its rate limit lets out at once), whatever it takes on; its continuations and what
+    /// was triaged already are worked on (up to what it takes on).
     #[test]
     fn a_busy_clusters_new_warnings_go_back_and_what_was_triaged_is_worked_on() {
         let bodies: Vec<String> = (0..5).map(spot).collect();
@@ -218,17 +239,30 @@ mod tests {
         s.records[1].continuation = Some(Default::default());
         s.records[3].triaged = true;
         assert_eq!(new_warnings(&s), 3);
-        let (now, later) = triage(s.clone(), 11, true, &BTreeSet::new());
+        let (now, later) = triage(s.clone(), 11, Some(0), &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![11, 13], vec![10, 12, 14])
         );
-        let (now, later) = triage(s.clone(), 1, true, &BTreeSet::new());
+        let (now, later) = triage(s.clone(), 11, Some(keeps(Some(2.5))), &BTreeSet::new());
+        assert_eq!(
+            (now.positions, later.positions),
+            (vec![10, 11, 13], vec![12, 14]),
+            "one cordon's requests free: one kept"
+        );
+        let (now, later) = triage(s.clone(), 1, Some(0), &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![11], vec![10, 12, 13, 14])
         );
-        let (now, later) = triage(s.clone(), 11, false, &BTreeSet::new());
+        let (now, later) = triage(s.clone(), 2, Some(1), &BTreeSet::new());
+        assert_eq!(
+            (now.positions, later.positions),
+            (vec![10, 11], vec![12, 13, 14]),
+            "a kept one is taken on too"
+        );
+        assert_eq!(keeps(None), 0, "no limit: none kept");
+        let (now, later) = triage(s.clone(), 11, None, &BTreeSet::new());
         assert_eq!(
             (now.positions.len(), later.positions.len()),
             (5, 0),

@@ -151,6 +151,17 @@ impl RateLimiter {
         }
     }
 
+    /// The tokens free at `now` for requests that go out at once, taking none: none while a
+    /// request waits or every request is paused.
+    pub(crate) fn free(&self, now: DateTime<Utc>) -> f64 {
+        let b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if Arc::strong_count(&self.waiting) > 1 || b.paused_until.is_some_and(|u| u > now) {
+            return 0.0;
+        }
+        let elapsed = b.at.map(|at| (now - at).to_std().unwrap_or_default());
+        (b.tokens + elapsed.unwrap_or_default().as_secs_f64() * self.qps).min(self.burst)
+    }
+
     /// Takes a token at `now`; the answer is how long to wait before sending.
     pub(crate) fn reserve(&self, now: DateTime<Utc>) -> Duration {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -322,6 +333,22 @@ mod tests {
         assert_eq!(limiter.reserve(t0), ms(1000));
         assert_eq!(limiter.reserve(t0 + span(ms(400))), ms(600));
         assert_eq!(limiter.reserve(t0 + span(ms(1000))), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_free_tokens_are_counted_without_taking_one() {
+        let limiter = RateLimiter::new(10.0, 2);
+        assert_eq!(limiter.free(t0()), 2.0);
+        limiter.reserve(t0());
+        limiter.reserve(t0());
+        assert_eq!(limiter.free(t0()), 0.0);
+        assert_eq!(
+            limiter.free(t0() + chrono::Duration::milliseconds(150)),
+            1.5
+        );
+        assert_eq!(limiter.free(t0() + chrono::Duration::seconds(9)), 2.0);
+        limiter.pause_until(t0() + chrono::Duration::seconds(10));
+        assert_eq!(limiter.free(t0() + chrono::Duration::seconds(9)), 0.0);
     }
 
     #[test]
