@@ -217,7 +217,12 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
         // there yet) leave the cluster in one list, not unlisted.
         let denied = DESCRIBE_DENIED.replace("DescribeInstances", "DescribeAvailabilityZones");
         let zones = "DescribeAvailabilityZones";
-        proxy.inject(AwsFault::operation("ec2", zones, FaultKind::Answer(403, denied), 1));
+        proxy.inject(AwsFault::operation(
+            "ec2",
+            zones,
+            FaultKind::Answer(403, denied),
+            1,
+        ));
         proxy.reset();
         let (own, pages) = list(&place(OWN, "eu-west-1"), 3).await;
         assert!(!own.contains_key(&launched.id));
