@@ -487,6 +487,34 @@ pub trait ContinuationQueue: Send + Sync {
     ) -> Result<(), PortError>;
 }
 
+/// The unit tests' continuation queue: keeps what is sent to it, `(group, body)`, or refuses
+/// every send as SQS throttling does (`refuse`).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct RecordingQueue {
+    pub(crate) sent: std::sync::Mutex<Vec<(String, String)>>,
+    pub(crate) refuse: bool,
+}
+
+#[cfg(test)]
+#[async_trait]
+impl ContinuationQueue for RecordingQueue {
+    async fn send(
+        &self,
+        _queue_arn: &str,
+        group: &str,
+        body: &str,
+        _delay: std::time::Duration,
+    ) -> Result<(), PortError> {
+        if self.refuse {
+            return Err(PortError::new("q", FailureKind::Throttled, "slow down"));
+        }
+        let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        sent.push((group.to_string(), body.to_string()));
+        Ok(())
+    }
+}
+
 /// What the cluster's policy ConfigMap holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicyText {

@@ -289,7 +289,7 @@ mod tests {
     use super::*;
     use crate::domain::facts::{BlockFacts, InstanceFacts};
     use crate::domain::inbound::decode_value;
-    use crate::ports::{FailureKind, PortError};
+    use crate::ports::{FailureKind, PortError, RecordingQueue};
     use async_trait::async_trait;
     use std::sync::Mutex;
 
@@ -493,34 +493,6 @@ mod tests {
         }
     }
 
-    /// A queue that keeps what is sent to it (or refuses every send).
-    #[derive(Default)]
-    struct Sent {
-        bodies: Mutex<Vec<(String, String)>>,
-        refuse: bool,
-    }
-
-    #[async_trait]
-    impl ContinuationQueue for Sent {
-        async fn send(
-            &self,
-            _queue_arn: &str,
-            group: &str,
-            body: &str,
-            _delay: Duration,
-        ) -> Result<(), crate::ports::PortError> {
-            if self.refuse {
-                let kind = FailureKind::Throttled;
-                return Err(crate::ports::PortError::new("q", kind, "slow down"));
-            }
-            self.bodies
-                .lock()
-                .unwrap()
-                .push((group.to_string(), body.to_string()));
-            Ok(())
-        }
-    }
-
     /// A block of 11 instances, as the directory lists them.
     fn big() -> Blocks {
         Blocks {
@@ -542,7 +514,7 @@ mod tests {
     #[tokio::test]
     async fn a_big_blocks_other_instances_are_queued_each_a_part_that_acts_on_its_own() {
         let dir = big();
-        let queue = Sent::default();
+        let queue = RecordingQueue::default();
         let records = queued(warning("a", "2026-11-20T11:30:00Z"));
         let out = expand(&dir, Some(&queue), &records, now()).await;
         let note = &out.notes[0];
@@ -557,7 +529,7 @@ mod tests {
             OWN_SHARE,
             "the warning keeps its first"
         );
-        let sent = queue.bodies.lock().unwrap().clone();
+        let sent = queue.sent.lock().unwrap().clone();
         assert_eq!(sent.len(), 3);
         assert!(sent.iter().all(|(group, _)| group == "123456789012"));
         // Each part decodes to a warning of its own id, naming its one instance, which the
@@ -594,17 +566,17 @@ mod tests {
         );
         assert!(out.records[3].event.is_err(), "nothing is done with it");
         // A part is not queued again, and a small block is not split.
-        let queue = Sent::default();
+        let queue = RecordingQueue::default();
         let again = expand(&dir, Some(&queue), &out.records[..3], now()).await;
-        assert!(queue.bodies.lock().unwrap().is_empty() && again.notes.is_empty());
+        assert!(queue.sent.lock().unwrap().is_empty() && again.notes.is_empty());
     }
 
     #[tokio::test]
     async fn parts_that_cannot_be_queued_fail_the_warning_whole() {
         let dir = big();
-        let queue = Sent {
+        let queue = RecordingQueue {
             refuse: true,
-            ..Sent::default()
+            ..RecordingQueue::default()
         };
         let records = queued(warning("a", "2026-11-20T11:30:00Z"));
         let out = expand(&dir, Some(&queue), &records, now()).await;

@@ -170,6 +170,7 @@ mod tests {
     use super::*;
     use crate::domain::fixtures;
     use crate::domain::inbound::{SqsMessage, decode_sqs_messages};
+    use crate::ports::RecordingQueue;
 
     fn share(bodies: &[String]) -> Share {
         let messages: Vec<SqsMessage> = bodies
@@ -274,24 +275,6 @@ mod tests {
         assert_eq!(new_warnings(&s), 1);
     }
 
-    /// What a queue was sent: (group, body).
-    #[derive(Default)]
-    struct Sent(std::sync::Mutex<Vec<(String, String)>>);
-
-    #[async_trait::async_trait]
-    impl ContinuationQueue for Sent {
-        async fn send(
-            &self,
-            _queue_arn: &str,
-            group: &str,
-            body: &str,
-            _delay: Duration,
-        ) -> Result<(), crate::ports::PortError> {
-            self.0.lock().unwrap().push((group.into(), body.into()));
-            Ok(())
-        }
-    }
-
     /// A warning goes back triaged, a continuation as it came, each in the group of the
     /// cluster's continuations: the cluster's, or in an organization its account's.
     #[tokio::test]
@@ -304,7 +287,7 @@ mod tests {
             crate::domain::clusters::ClusterId::parse(prod).unwrap(),
         ));
         for (tenant, group) in [(Tenant::Cluster, prod), (Tenant::Account, "123456789012")] {
-            let queue = Sent::default();
+            let queue = RecordingQueue::default();
             let (_, reports) = requeue(&queue, (&to, tenant), later.clone(), (true, 11)).await;
             assert!(
                 reports.iter().all(|r| r.outcome == Outcome::Requeued),
@@ -320,7 +303,7 @@ mod tests {
                 why.contains("more of its messages in this batch than"),
                 "{why}"
             );
-            let sent = queue.0.into_inner().unwrap();
+            let sent = queue.sent.into_inner().unwrap();
             let expected = [
                 (group.to_string(), triaged_body(&bodies[0], prod)),
                 (group.to_string(), bodies[1].clone()),

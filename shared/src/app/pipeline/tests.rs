@@ -16,7 +16,7 @@ use crate::domain::inbound::decode_value;
 use crate::domain::plan::Plan;
 use crate::domain::pool::CapacityType;
 use crate::ports::InstanceDirectory;
-use crate::ports::{ActionResult, Place, PortError};
+use crate::ports::{ActionResult, Place, PortError, RecordingQueue};
 use async_trait::async_trait;
 
 const A: &str = "i-0a1b2c3d4e5f60001";
@@ -593,24 +593,6 @@ async fn a_failed_account_fails_only_its_own_events() {
     assert_eq!(pools[0].interruptions(), 1);
 }
 
-/// Queues nothing, counts what it is asked to queue.
-#[derive(Default)]
-struct Queue(Mutex<usize>);
-
-#[async_trait]
-impl ContinuationQueue for Queue {
-    async fn send(
-        &self,
-        _queue_arn: &str,
-        _group: &str,
-        _body: &str,
-        _delay: std::time::Duration,
-    ) -> Result<(), crate::ports::PortError> {
-        *self.0.lock().unwrap() += 1;
-        Ok(())
-    }
-}
-
 /// A signed continuation message of a spot warning for instance `A`, sent three minutes
 /// before `now`, with the default plan: `shape` changes the plan and says the pass.
 fn late_continuation(
@@ -713,7 +695,7 @@ async fn a_late_continuation_touches_no_node_and_lets_its_lifecycle_action_go() 
         })
     };
     let exec = Recorder::default();
-    let queue = Arc::new(Queue::default());
+    let queue = Arc::new(RecordingQueue::default());
     let passes = Passes {
         interval: PASS_INTERVAL,
         queue: Some(queue.clone()),
@@ -739,7 +721,7 @@ async fn a_late_continuation_touches_no_node_and_lets_its_lifecycle_action_go() 
     let why = reports[1].reason.as_deref().unwrap();
     assert!(why.starts_with("refused: the drain's deadline"), "{why}");
     // Neither chain goes on.
-    assert_eq!(*queue.0.lock().unwrap(), 0);
+    assert!(queue.sent.lock().unwrap().is_empty());
 }
 
 /// A spot drain's passes are taken until its instance goes (the deadline is the notice's
@@ -764,7 +746,7 @@ async fn late_passes_drain_until_the_instance_goes_then_only_record_the_events_l
         })
     };
     let exec = Recorder::default();
-    let queue = Arc::new(Queue::default());
+    let queue = Arc::new(RecordingQueue::default());
     let passes = Passes {
         interval: PASS_INTERVAL,
         queue: Some(queue.clone()),
