@@ -141,19 +141,21 @@ impl InstanceDirectory for Ec2Directory {
             filter("tag-key", &tag),
             filter("instance-state-name", "running"),
         ];
-        let mut lists = vec![cluster.clone()];
         // Zones that cannot be read leave the cluster in one list.
-        let zones = match at_once > 1 {
-            true => (self.zones(place, &client).await)
+        let zones = if at_once > 1 {
+            (self.zones(place, &client).await)
                 .inspect_err(|e| tracing::warn!(error = %e, account = ?place.account, region = ?place.region, "the zones could not be read: the cluster's instances listed in one list"))
                 .map(|z| z.open)
-                .unwrap_or_default(),
-            false => Vec::new(),
+                .unwrap_or_default()
+        } else {
+            Vec::new()
         };
-        if !zones.is_empty() && zones.len() <= at_once {
+        let lists = if !zones.is_empty() && zones.len() <= at_once {
             let zone = |z: &String| [cluster.clone(), vec![filter("availability-zone", z)]];
-            lists = zones.iter().map(|z| zone(z).concat()).collect();
-        }
+            zones.iter().map(|z| zone(z).concat()).collect()
+        } else {
+            vec![cluster]
+        };
         let lists = (lists.into_iter())
             .map(|filters| self.pages(place, &client, filters, CLUSTER_PAGES_MAX, found));
         futures::future::join_all(lists).await.into_iter().collect()
