@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::app::fleet::split::{self, Destination, Share};
 use crate::app::fleet::triage;
-use crate::app::fleet::{BREAK, Cluster, Fleet};
+use crate::app::fleet::{BREAK, Busy, Cluster, Fleet};
 use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events};
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
@@ -172,34 +172,58 @@ impl Handler {
             };
             let takes = self.takes_per_cluster.zip(queue);
             let takes = takes.filter(|_| matches!(to, Destination::Cluster(_)));
-            // Busy, it keeps what its rate limit lets out at once (see `triage::keeps`).
-            let busy = match cluster.as_deref().zip(id) {
-                Some((name, id)) if self.fleet.busy(name, self.clock.now()) => {
+            let now = self.clock.now();
+            let busy = |why| {
+                cluster
+                    .as_deref()
+                    .is_some_and(|n| self.fleet.busy(n, why, now))
+            };
+            // Busy with a burst, it keeps what its rate limit lets out at once (see
+            // `triage::keeps`).
+            let keeps = match id.filter(|_| busy(Busy::Burst)) {
+                Some(id) => {
                     let cluster = self.fleet.cluster(Some(id)).await.ok();
                     let executor = cluster.as_ref().and_then(|c| c.executor.as_ref());
                     Some(triage::keeps(executor.and_then(|e| e.free_requests())))
                 }
-                _ => None,
+                None => None,
             };
+            let backlog = busy(Busy::Backlog).then_some(now);
             let own = triage::new_warnings(&share);
-            let burst = takes.is_some() && own > 1 && own == new_warnings;
-            let (share, later) = match takes {
-                Some((takes, _)) => triage::triage(share, takes, busy, parted),
+            let burst = own > 1 && own == new_warnings;
+            let triaged = share.records.iter().any(|r| r.triaged);
+            let turn = takes.map(|(takes, queue)| {
+                let turn = triage::Turn {
+                    takes,
+                    keeps,
+                    backlog,
+                };
+                (turn, queue)
+            });
+            let (share, later) = match &turn {
+                Some((turn, _)) => triage::triage(share, turn, parted),
                 None => (share, Share::default()),
             };
             let share = self.run_share(to.clone(), share, described, work);
             let sent_back = async {
-                match takes {
-                    Some((takes, queue)) => {
+                match &turn {
+                    Some((turn, queue)) => {
                         let to = (&to, self.passes.tenant);
-                        triage::requeue(queue, to, later, (busy.is_some(), takes)).await
+                        triage::requeue(*queue, to, later, turn).await
                     }
                     None => (later, Vec::new()),
                 }
             };
             let ran = futures::future::join(share, sent_back).await;
-            if let Some(cluster) = cluster.filter(|_| burst) {
-                self.fleet.burst(&cluster, self.clock.now());
+            // What makes the cluster busy here: a burst of its new warnings (the queue's head
+            // was its alone), a share of its triaged warnings (more of them are queued).
+            if let Some(cluster) = cluster.filter(|_| turn.is_some()) {
+                let now = self.clock.now();
+                for (why, was) in [(Busy::Burst, burst), (Busy::Backlog, triaged)] {
+                    if was {
+                        self.fleet.mark(&cluster, why, now);
+                    }
+                }
             }
             ran
         });

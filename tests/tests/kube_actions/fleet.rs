@@ -549,3 +549,67 @@ async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_whe
     let inv = handler.invoke(from_queue(&quiet), None).await.unwrap();
     assert!(!outcomes(&inv).contains(&Outcome::Requeued), "{inv:#?}");
 }
+
+/// While its triaged warnings are worked on in an execution environment (a share of them less
+/// than [`HOLD`] ago), a cluster's drains' continuations read there go back as they came, in its
+/// group, behind the triaged warnings still queued: its cordons come before its drains (issue
+/// 59). Not once that is over, nor a drain with less than half its window left.
+#[tokio::test]
+async fn a_clusters_drains_wait_behind_its_triaged_warnings_while_half_their_window_is_left() {
+    use forewarn::app::fleet::triage::HOLD;
+    let two = Two::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(crate::support::Continuations::default());
+    let mut handler = handler(&two, dir.path());
+    handler.passes.queue = Some(queue.clone());
+    handler.takes_per_cluster = Some(11);
+    let blue = ClusterId::parse("blue").unwrap().to_string();
+    let sent = || std::mem::take(&mut *queue.sent.lock().unwrap());
+    let spot = fixtures::spot_json("s1", BLUE_ID, &two.clock.now().to_rfc3339());
+    let inv = handler
+        .invoke(from_queue(&[spot.to_string()]), None)
+        .await
+        .unwrap();
+    assert_eq!(inv.reports[0].outcome, Outcome::Acted, "{inv:#?}");
+    let drain = sent().pop().expect("the drain's first pass is queued").1;
+    let triaged = |id: &str| {
+        let body = rebalance(id, BLUE_ID, &two.clock).to_string();
+        forewarn::domain::inbound::sqs::triaged_body(&body, &blue)
+    };
+    let outcome = |inv: forewarn::app::handler::Invocation| {
+        assert_eq!(inv.response["batchItemFailures"], serde_json::json!([]));
+        (inv.reports[0].outcome, inv.reports[0].reason.clone())
+    };
+    let inv = handler.invoke(from_queue(&[triaged("t1")]), None).await;
+    assert_ne!(outcome(inv.unwrap()).0, Outcome::Requeued, "worked on");
+    queue.groups.lock().unwrap().clear();
+
+    let inv = handler
+        .invoke(from_queue(std::slice::from_ref(&drain)), None)
+        .await;
+    let (outcome_then, why) = outcome(inv.unwrap());
+    assert_eq!(outcome_then, Outcome::Requeued);
+    let why = why.unwrap_or_default();
+    assert!(why.contains("its triaged warnings were worked on"), "{why}");
+    let back: Vec<String> = sent().into_iter().map(|s| s.1).collect();
+    assert_eq!(back, std::slice::from_ref(&drain), "as it came");
+    assert_eq!(*queue.groups.lock().unwrap(), std::slice::from_ref(&blue));
+
+    two.clock.advance(HOLD);
+    let inv = handler
+        .invoke(from_queue(std::slice::from_ref(&drain)), None)
+        .await;
+    assert_ne!(outcome(inv.unwrap()).0, Outcome::Requeued, "backlog over");
+
+    // 60 s into a spot warning's 105 s window: less than half left, its drain waits no longer.
+    two.clock.advance(Duration::from_secs(59));
+    let inv = handler.invoke(from_queue(&[triaged("t2")]), None).await;
+    assert_ne!(outcome(inv.unwrap()).0, Outcome::Requeued);
+    sent();
+    let inv = handler.invoke(from_queue(&[drain]), None).await;
+    assert_ne!(
+        outcome(inv.unwrap()).0,
+        Outcome::Requeued,
+        "its window half over"
+    );
+}

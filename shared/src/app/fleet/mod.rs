@@ -16,6 +16,8 @@ use std::sync::Arc;
 pub mod split;
 pub mod triage;
 
+pub use triage::Busy;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 
@@ -143,8 +145,9 @@ pub struct Fleet {
     /// The clusters whose last share failed whole: since when, and whether a share is trying
     /// it again now.
     troubled: std::sync::Mutex<BTreeMap<String, (DateTime<Utc>, bool)>>,
-    /// The clusters busy in this execution environment, until when (see [`Fleet::busy`]).
-    busy: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
+    /// The clusters busy in this execution environment, why, and until when (see
+    /// [`Fleet::busy`]).
+    busy: std::sync::Mutex<BTreeMap<(String, Busy), DateTime<Utc>>>,
     /// The clusters of the new warnings read here within [`MASS_WINDOW`], and when.
     read: std::sync::Mutex<VecDeque<(DateTime<Utc>, ClusterId)>>,
     /// Clusters' running instances as this execution environment listed them, and when (see
@@ -327,20 +330,23 @@ impl Fleet {
         None
     }
 
-    /// Whether cluster `name` is busy in this execution environment `now`: a burst of its new
-    /// warnings ended here less than [`triage::HOLD`] ago ([`Fleet::burst`]), so that its new
-    /// warnings go back to the queue (see [`triage`]). Never in a deployment of one cluster,
-    /// where no other cluster's warnings wait behind them.
-    pub fn busy(&self, name: &str, now: DateTime<Utc>) -> bool {
+    /// Whether cluster `name` is busy in this execution environment `now`, and `why`: a burst
+    /// of its new warnings ended here, or a share of its triaged warnings did, less than
+    /// [`triage::HOLD`] ago ([`Fleet::mark`]), so that its new warnings, or its drains'
+    /// continuations, go back to the queue (see [`triage`]). Never in a deployment of one
+    /// cluster, where no other cluster's warnings wait behind them.
+    pub fn busy(&self, name: &str, why: Busy, now: DateTime<Utc>) -> bool {
         let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        !matches!(self.served, Served::One(_)) && busy.get(name).is_some_and(|until| now < *until)
+        let until = busy.get(&(name.to_string(), why));
+        !matches!(self.served, Served::One(_)) && until.is_some_and(|until| now < *until)
     }
 
-    /// A burst of cluster `name`'s new warnings ended `now` (see [`Fleet::busy`]).
-    pub fn burst(&self, name: &str, now: DateTime<Utc>) {
+    /// What makes cluster `name` busy for `why` ended `now` (see [`Fleet::busy`]).
+    pub fn mark(&self, name: &str, why: Busy, now: DateTime<Utc>) {
         let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
         busy.retain(|_, until| now < *until);
-        busy.insert(name.to_string(), now + crate::ports::span(triage::HOLD));
+        let until = now + crate::ports::span(triage::HOLD);
+        busy.insert((name.to_string(), why), until);
     }
 
     /// A batch's new warnings read here `now`, each its served cluster (`read`). When they
@@ -513,21 +519,25 @@ mod tests {
         ClusterId::parse(s).unwrap()
     }
 
-    /// A burst makes a cluster busy for [`triage::HOLD`] after it ended, that cluster only;
-    /// never in a deployment of one cluster.
+    /// A burst, or a share of triaged warnings, makes a cluster busy for [`triage::HOLD`]
+    /// after it ended, for that reason, that cluster only; never in a deployment of one cluster.
     #[test]
     fn a_burst_makes_its_cluster_busy_for_a_while() {
         let now = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
         let fleet = Fleet::many(None, vec![id("a"), id("b")], connects);
-        fleet.burst("a", now);
+        fleet.mark("a", Busy::Burst, now);
         let hold = crate::ports::span(triage::HOLD);
         let ms = chrono::Duration::milliseconds(1);
-        assert!(fleet.busy("a", now) && fleet.busy("a", now + hold - ms));
-        assert!(!fleet.busy("a", now + hold) && !fleet.busy("b", now));
+        let busy = |name, why, at| fleet.busy(name, why, at);
+        assert!(busy("a", Busy::Burst, now) && busy("a", Busy::Burst, now + hold - ms));
+        assert!(!busy("a", Busy::Burst, now + hold) && !busy("b", Busy::Burst, now));
+        assert!(!busy("a", Busy::Backlog, now), "a reason of its own");
+        fleet.mark("b", Busy::Backlog, now);
+        assert!(busy("b", Busy::Backlog, now) && !busy("b", Busy::Burst, now));
         let one = Fleet::one(Cluster::none());
-        one.burst("a", now);
-        assert!(!one.busy("a", now));
+        one.mark("a", Busy::Burst, now);
+        assert!(!one.busy("a", Busy::Burst, now));
     }
 
     /// What lists a cluster's instances (cluster `a` of the own place has `i-1` and `i-2`, a

@@ -15,6 +15,11 @@
 //!   sent back for this again. So a burst is read at the speed of sending it back, while the
 //!   warnings already triaged keep every environment's share of the cluster's API server at
 //!   work.
+//! - a cluster's **drains' continuations while its triaged warnings are worked on** here (a
+//!   share of them less than [`HOLD`] ago, [`Busy::Backlog`]), while each drain has more than
+//!   half its window left ([`held`]): behind the triaged warnings still queued in the group, so
+//!   that the cluster's cordons come before its drains, as they do without triage (its new
+//!   warnings, each a tenant of its own, are all read before any continuation).
 //! - past **what an invocation takes on** of one cluster ([`takes`]: what its share of the
 //!   cluster's API server cordons in about a second), any message of it: a batch larger than
 //!   that would hold one environment's share for longer.
@@ -25,6 +30,8 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use super::split::{Destination, Share};
 use crate::domain::inbound::Record;
@@ -72,17 +79,49 @@ pub fn keeps(free: Option<f64>) -> usize {
     (free.unwrap_or_default() / REQUESTS_PER_CORDON).floor() as usize
 }
 
+/// Why a cluster is busy in an execution environment, for a while (see `Fleet::busy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Busy {
+    /// A burst of its new warnings was read here: its new warnings go back.
+    Burst,
+    /// Its triaged warnings were worked on here: its drains' continuations go back ([`held`]).
+    Backlog,
+}
+
+/// How one cluster's share of a batch is triaged (see [`triage`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Turn {
+    /// The messages of the cluster an invocation takes on ([`takes`]).
+    pub takes: usize,
+    /// While a burst of the cluster's is read here ([`Busy::Burst`]): the new warnings its
+    /// share keeps ([`keeps`]).
+    pub keeps: Option<usize>,
+    /// While the cluster's triaged warnings are worked on here ([`Busy::Backlog`]): now.
+    pub backlog: Option<DateTime<Utc>>,
+}
+
+/// Whether `record`, a drain's continuation, waits while its cluster's triaged warnings are
+/// worked on (`now`): while its drain has more than half its window left (from its event's time
+/// to the plan's first deadline). No drain waits past that, nor a continuation without a
+/// deadline. What decides is the message's own plan, before its signature is verified: a forged
+/// one is sent back as it came, then refused when worked on.
+pub fn held(record: &Record, now: DateTime<Utc>) -> bool {
+    let Some(continuation) = &record.continuation else {
+        return false;
+    };
+    let plan = &continuation.plan;
+    let due = plan.actions.iter().filter_map(|a| a.deadline).min();
+    due.is_some_and(|due| due - now > (due - plan.time) / 2)
+}
+
 /// `share`, one cluster's, split into what the invocation works on and what goes back to the
-/// queue, in batch order: while the cluster is busy (`Some(keeps)`), its new warnings past the
-/// first `keeps`; of the rest, its messages past the first `takes`. Only whole messages of the
-/// batch go back: not a kept copy (no message), not a part of an event split between clusters
-/// (at a position in `parted`), not what is not from a queue or decoded to no event.
-pub fn triage(
-    share: Share,
-    takes: usize,
-    busy: Option<usize>,
-    parted: &BTreeSet<usize>,
-) -> (Share, Share) {
+/// queue, in batch order: while a burst of the cluster's is read (`keeps`), its new warnings
+/// past the first `keeps`; while its triaged warnings are worked on (`backlog`), its drains'
+/// continuations that wait ([`held`]); of the rest, its messages past the first `takes`. Only
+/// whole messages of the batch go back: not a kept copy (no message), not a part of an event
+/// split between clusters (at a position in `parted`), not what is not from a queue or decoded
+/// to no event.
+pub fn triage(share: Share, turn: &Turn, parted: &BTreeSet<usize>) -> (Share, Share) {
     let (mut now, mut later) = (Share::default(), Share::default());
     let (mut taken, mut kept) = (0, 0);
     for (record, position) in share.records.into_iter().zip(share.positions) {
@@ -93,16 +132,18 @@ pub fn triage(
             && !parted.contains(&position);
         let mut take = || {
             taken += 1;
-            taken > takes
+            taken > turn.takes
         };
+        let waits = turn.backlog.is_some_and(|now| held(&record, now));
         let back = movable
-            && match busy {
-                Some(keeps) if new_warning(&record) => {
-                    kept += 1;
-                    kept > keeps || take()
-                }
-                _ => take(),
-            };
+            && (waits
+                || match turn.keeps {
+                    Some(keeps) if new_warning(&record) => {
+                        kept += 1;
+                        kept > keeps || take()
+                    }
+                    _ => take(),
+                });
         let to = if back { &mut later } else { &mut now };
         to.records.push(record);
         to.positions.push(position);
@@ -111,17 +152,16 @@ pub fn triage(
 }
 
 /// Sends each record of `later` (what [`triage`] left for later of a cluster's share, bound
-/// `to`) back to the queue it came from, at once (ten at a time), in the message group of the
-/// cluster's continuations (`tenant`'s: the cluster's, or in an organization its account's, so
-/// that the account's cordons keep coming before its drains): a continuation as it came, a
-/// warning as triaged. Each is reported requeued once sent (its message is then deleted),
-/// failed (retryable: the message comes back) when not. `busy` and `takes`: why (see
-/// [`triage`]).
+/// `to`, by `turn`) back to the queue it came from, at once (ten at a time), in the message
+/// group of the cluster's continuations (`tenant`'s: the cluster's, or in an organization its
+/// account's, so that the account's cordons keep coming before its drains): a continuation as
+/// it came, a warning as triaged. Each is reported requeued once sent, saying why (its message
+/// is then deleted), failed (retryable: the message comes back) when not.
 pub async fn requeue(
     queue: &dyn ContinuationQueue,
     (to, tenant): (&Destination, Tenant),
     later: Share,
-    (busy, takes): (bool, usize),
+    turn: &Turn,
 ) -> (Share, Vec<Report>) {
     let cluster = match to {
         Destination::Cluster(Some(id)) => Some(id.to_string()),
@@ -137,10 +177,18 @@ pub async fn requeue(
         let (Some(arn), Some(body)) = (&record.queue_arn, &record.body) else {
             return report.failed("internal: a record sent back without its message".into());
         };
-        let why = if busy && new_warning(record) {
+        let why = if turn.keeps.is_some() && new_warning(record) {
             format!("a burst of its new warnings was here less than {HOLD:?} ago")
+        } else if turn.backlog.is_some_and(|now| held(record, now)) {
+            format!(
+                "its triaged warnings were worked on here less than {HOLD:?} ago: its drain \
+                 waits behind them while it has more than half its window left"
+            )
         } else {
-            format!("more of its messages in this batch than an invocation takes on ({takes})")
+            format!(
+                "more of its messages in this batch than an invocation takes on ({})",
+                turn.takes
+            )
         };
         let sent = match record.continuation {
             Some(_) => body.clone(),
@@ -190,6 +238,14 @@ mod tests {
         }
     }
 
+    fn turn(takes: usize, keeps: Option<usize>) -> Turn {
+        Turn {
+            takes,
+            keeps,
+            backlog: None,
+        }
+    }
+
     fn spot(n: usize) -> String {
         let instance = format!("i-0a1b2c3d4e5f6{n:04}");
         fixtures::spot_json(&format!("e{n}"), &instance, "2026-11-26T10:00:00Z").to_string()
@@ -206,7 +262,7 @@ mod tests {
     #[test]
     fn first_time_events_past_what_is_taken_go_back_in_batch_order() {
         let bodies: Vec<String> = (0..5).map(spot).collect();
-        let (now, later) = triage(share(&bodies), 3, None, &BTreeSet::new());
+        let (now, later) = triage(share(&bodies), &turn(3, None), &BTreeSet::new());
         assert_eq!(now.positions, [10, 11, 12]);
         assert_eq!(later.positions, [13, 14]);
         assert_eq!(later.records[0].body.as_deref(), Some(bodies[3].as_str()));
@@ -214,7 +270,7 @@ mod tests {
         // whole event), nor is what no event came of: an undecodable message here.
         let mut bodies = bodies;
         bodies[1] = "not JSON".into();
-        let (now, later) = triage(share(&bodies), 2, None, &BTreeSet::from([12]));
+        let (now, later) = triage(share(&bodies), &turn(2, None), &BTreeSet::from([12]));
         assert_eq!(now.positions, [10, 11, 12, 13]);
         assert_eq!(later.positions, [14]);
         // A kept copy, or a record without the queue it came from, is never sent back; a
@@ -223,7 +279,7 @@ mod tests {
         s.records[0].kept = true;
         s.records[2].queue_arn = None;
         s.records[3].continuation = Some(Default::default());
-        let (now, later) = triage(s, 0, None, &BTreeSet::new());
+        let (now, later) = triage(s, &turn(0, None), &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![10, 11, 12], vec![13])
@@ -240,30 +296,34 @@ mod tests {
         s.records[1].continuation = Some(Default::default());
         s.records[3].triaged = true;
         assert_eq!(new_warnings(&s), 3);
-        let (now, later) = triage(s.clone(), 11, Some(0), &BTreeSet::new());
+        let (now, later) = triage(s.clone(), &turn(11, Some(0)), &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![11, 13], vec![10, 12, 14])
         );
-        let (now, later) = triage(s.clone(), 11, Some(keeps(Some(2.5))), &BTreeSet::new());
+        let (now, later) = triage(
+            s.clone(),
+            &turn(11, Some(keeps(Some(2.5)))),
+            &BTreeSet::new(),
+        );
         assert_eq!(
             (now.positions, later.positions),
             (vec![10, 11, 13], vec![12, 14]),
             "one cordon's requests free: one kept"
         );
-        let (now, later) = triage(s.clone(), 1, Some(0), &BTreeSet::new());
+        let (now, later) = triage(s.clone(), &turn(1, Some(0)), &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![11], vec![10, 12, 13, 14])
         );
-        let (now, later) = triage(s.clone(), 2, Some(1), &BTreeSet::new());
+        let (now, later) = triage(s.clone(), &turn(2, Some(1)), &BTreeSet::new());
         assert_eq!(
             (now.positions, later.positions),
             (vec![10, 11], vec![12, 13, 14]),
             "a kept one is taken on too"
         );
         assert_eq!(keeps(None), 0, "no limit: none kept");
-        let (now, later) = triage(s.clone(), 11, None, &BTreeSet::new());
+        let (now, later) = triage(s.clone(), &turn(11, None), &BTreeSet::new());
         assert_eq!(
             (now.positions.len(), later.positions.len()),
             (5, 0),
@@ -273,6 +333,61 @@ mod tests {
         s.records[0].continuation = Some(Default::default());
         s.records[4].triaged = true;
         assert_eq!(new_warnings(&s), 1);
+    }
+
+    /// While its triaged warnings are worked on here, a cluster's drains' continuations go back
+    /// while each has more than half its window left (not one without a deadline); its warnings
+    /// are worked on.
+    #[tokio::test]
+    async fn a_clusters_drains_wait_behind_its_triaged_warnings_for_half_their_window() {
+        use crate::domain::inbound::continuation::Continuation;
+        use crate::domain::plan::{NodeAction, Plan};
+        let t0 = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
+        let secs = chrono::Duration::seconds;
+        let drain = |deadline: Option<i64>| Continuation {
+            plan: Plan {
+                time: t0,
+                actions: vec![NodeAction {
+                    deadline: deadline.map(|s| t0 + secs(s)),
+                    ..NodeAction::default()
+                }],
+                ..Plan::default()
+            },
+            ..Continuation::default()
+        };
+        let bodies: Vec<String> = (0..4).map(spot).collect();
+        let mut s = share(&bodies);
+        s.records[0].triaged = true;
+        s.records[1].continuation = Some(drain(Some(105)));
+        s.records[2].continuation = Some(drain(None));
+        s.records[3].continuation = Some(drain(Some(300)));
+        let at = |s: i64| Turn {
+            backlog: Some(t0 + secs(s)),
+            ..turn(11, None)
+        };
+        let (now, later) = triage(s.clone(), &at(52), &BTreeSet::new());
+        assert_eq!(
+            (now.positions, later.positions),
+            (vec![10, 12], vec![11, 13])
+        );
+        let (now, later) = triage(s.clone(), &at(53), &BTreeSet::new());
+        assert_eq!(
+            (now.positions, later.positions.clone()),
+            (vec![10, 11, 12], vec![13]),
+            "past half its window, a drain waits no longer"
+        );
+        let (now, _) = triage(s, &turn(11, None), &BTreeSet::new());
+        assert_eq!(now.positions.len(), 4, "no backlog: none waits");
+        let queue = RecordingQueue::default();
+        let to = Destination::Cluster(None);
+        let (_, reports) = requeue(&queue, (&to, Tenant::Cluster), later, &at(53)).await;
+        let why = reports[0].reason.as_deref().unwrap_or_default();
+        assert!(why.contains("its triaged warnings were worked on"), "{why}");
+        assert_eq!(
+            queue.sent.into_inner().unwrap()[0].1,
+            bodies[3],
+            "as it came"
+        );
     }
 
     /// A warning goes back triaged, a continuation as it came, each in the group of the
@@ -288,7 +403,8 @@ mod tests {
         ));
         for (tenant, group) in [(Tenant::Cluster, prod), (Tenant::Account, "123456789012")] {
             let queue = RecordingQueue::default();
-            let (_, reports) = requeue(&queue, (&to, tenant), later.clone(), (true, 11)).await;
+            let (_, reports) =
+                requeue(&queue, (&to, tenant), later.clone(), &turn(11, Some(0))).await;
             assert!(
                 reports.iter().all(|r| r.outcome == Outcome::Requeued),
                 "{reports:#?}"
