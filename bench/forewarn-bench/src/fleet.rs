@@ -302,15 +302,26 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
             (last(&a.evicted), last(&q.evicted)),
             &pair_load,
         ));
+        // What the deployment sent back to the queue (triage): warnings, drains' passes.
+        let sent_back = |of: &str| -> usize {
+            let outcomes = both[0].outcomes.iter();
+            outcomes
+                .filter(|(k, _)| k.starts_with(of))
+                .map(|(_, n)| n)
+                .sum()
+        };
         handled.push_str(&format!(
             "- {case}: the quiet cluster {} of {} nodes fully handled by 120 s beside the loud \
-             one; the loud cluster {} of {}, its last node cordoned {}.\n",
+             one; the loud cluster {} of {}, its last node cordoned {}. Sent back to the \
+             queue by triage: {} warnings, {} drains' passes.\n",
             q.handled_by(WINDOW),
             args.quiet_nodes,
             both[0].handled_by(WINDOW),
             args.loud_nodes,
             last(&both[0].cordoned)
                 .map_or("never".into(), |t| format!("at {:.2} s", t.as_secs_f64())),
+            sent_back("Requeued"),
+            sent_back("pass Requeued"),
         ));
     }
     rows.push_str(&crate::cpu::row(6, &[Some(load)]));

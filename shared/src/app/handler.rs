@@ -216,14 +216,14 @@ impl Handler {
             };
             let ran = futures::future::join(share, sent_back).await;
             // What makes the cluster busy here: a burst of its new warnings (the queue's head
-            // was its alone), a share of its triaged warnings (more of them are queued).
+            // was its alone); a share of its triaged warnings (more are queued), until a share
+            // without any (the head of its group is past them).
             if let Some(cluster) = cluster.filter(|_| turn.is_some()) {
                 let now = self.clock.now();
-                for (why, was) in [(Busy::Burst, burst), (Busy::Backlog, triaged)] {
-                    if was {
-                        self.fleet.mark(&cluster, why, now);
-                    }
+                if burst {
+                    self.fleet.mark(&cluster, Busy::Burst, now, true);
                 }
+                self.fleet.mark(&cluster, Busy::Backlog, now, triaged);
             }
             ran
         });

@@ -331,7 +331,7 @@ impl Fleet {
     }
 
     /// Whether cluster `name` is busy in this execution environment `now`, and `why`: a burst
-    /// of its new warnings ended here, or a share of its triaged warnings did, less than
+    /// of its new warnings ended here, or its last share here had triaged warnings, less than
     /// [`triage::HOLD`] ago ([`Fleet::mark`]), so that its new warnings, or its drains'
     /// continuations, go back to the queue (see [`triage`]). Never in a deployment of one
     /// cluster, where no other cluster's warnings wait behind them.
@@ -341,12 +341,17 @@ impl Fleet {
         !matches!(self.served, Served::One(_)) && until.is_some_and(|until| now < *until)
     }
 
-    /// What makes cluster `name` busy for `why` ended `now` (see [`Fleet::busy`]).
-    pub fn mark(&self, name: &str, why: Busy, now: DateTime<Utc>) {
-        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        busy.retain(|_, until| now < *until);
-        let until = now + crate::ports::span(triage::HOLD);
-        busy.insert((name.to_string(), why), until);
+    /// Cluster `name` is busy for `why` until [`triage::HOLD`] after `now` (`busy`), or is no
+    /// longer (see [`Fleet::busy`]).
+    pub fn mark(&self, name: &str, why: Busy, now: DateTime<Utc>, busy: bool) {
+        let mut marks = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        marks.retain(|_, until| now < *until);
+        let key = (name.to_string(), why);
+        if busy {
+            marks.insert(key, now + crate::ports::span(triage::HOLD));
+        } else {
+            marks.remove(&key);
+        }
     }
 
     /// A batch's new warnings read here `now`, each its served cluster (`read`). When they
@@ -520,23 +525,26 @@ mod tests {
     }
 
     /// A burst, or a share of triaged warnings, makes a cluster busy for [`triage::HOLD`]
-    /// after it ended, for that reason, that cluster only; never in a deployment of one cluster.
+    /// after it ended (or until it is no longer), for that reason, that cluster only; never in
+    /// a deployment of one cluster.
     #[test]
     fn a_burst_makes_its_cluster_busy_for_a_while() {
         let now = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
         let fleet = Fleet::many(None, vec![id("a"), id("b")], connects);
-        fleet.mark("a", Busy::Burst, now);
+        fleet.mark("a", Busy::Burst, now, true);
         let hold = crate::ports::span(triage::HOLD);
         let ms = chrono::Duration::milliseconds(1);
         let busy = |name, why, at| fleet.busy(name, why, at);
         assert!(busy("a", Busy::Burst, now) && busy("a", Busy::Burst, now + hold - ms));
         assert!(!busy("a", Busy::Burst, now + hold) && !busy("b", Busy::Burst, now));
         assert!(!busy("a", Busy::Backlog, now), "a reason of its own");
-        fleet.mark("b", Busy::Backlog, now);
+        fleet.mark("b", Busy::Backlog, now, true);
         assert!(busy("b", Busy::Backlog, now) && !busy("b", Busy::Burst, now));
+        fleet.mark("b", Busy::Backlog, now, false);
+        assert!(!busy("b", Busy::Backlog, now), "no longer");
         let one = Fleet::one(Cluster::none());
-        one.mark("a", Busy::Burst, now);
+        one.mark("a", Busy::Burst, now, true);
         assert!(!one.busy("a", Busy::Burst, now));
     }
 

@@ -15,8 +15,8 @@
 //!   sent back for this again. So a burst is read at the speed of sending it back, while the
 //!   warnings already triaged keep every environment's share of the cluster's API server at
 //!   work.
-//! - a cluster's **drains' continuations while its triaged warnings are worked on** here (a
-//!   share of them less than [`HOLD`] ago, [`Busy::Backlog`]), while each drain has more than
+//! - a cluster's **drains' continuations while its triaged warnings are worked on** here (its
+//!   last share here had some, less than [`HOLD`] ago: [`Busy::Backlog`]), while each drain has more than
 //!   half its window left ([`held`]): behind the triaged warnings still queued in the group, so
 //!   that the cluster's cordons come before its drains, as they do without triage (its new
 //!   warnings, each a tenant of its own, are all read before any continuation).
@@ -84,7 +84,8 @@ pub fn keeps(free: Option<f64>) -> usize {
 pub enum Busy {
     /// A burst of its new warnings was read here: its new warnings go back.
     Burst,
-    /// Its triaged warnings were worked on here: its drains' continuations go back ([`held`]).
+    /// Its last share here had triaged warnings: its drains' continuations go back ([`held`])
+    /// until a share without any.
     Backlog,
 }
 
@@ -181,8 +182,8 @@ pub async fn requeue(
             format!("a burst of its new warnings was here less than {HOLD:?} ago")
         } else if turn.backlog.is_some_and(|now| held(record, now)) {
             format!(
-                "its triaged warnings were worked on here less than {HOLD:?} ago: its drain \
-                 waits behind them while it has more than half its window left"
+                "its triaged warnings are worked on here: its drain waits behind them while \
+                 it has more than half its window left"
             )
         } else {
             format!(
@@ -382,7 +383,7 @@ mod tests {
         let to = Destination::Cluster(None);
         let (_, reports) = requeue(&queue, (&to, Tenant::Cluster), later, &at(53)).await;
         let why = reports[0].reason.as_deref().unwrap_or_default();
-        assert!(why.contains("its triaged warnings were worked on"), "{why}");
+        assert!(why.contains("its triaged warnings are worked on"), "{why}");
         assert_eq!(
             queue.sent.into_inner().unwrap()[0].1,
             bodies[3],
