@@ -181,10 +181,9 @@ pub async fn requeue(
         let why = if turn.keeps.is_some() && new_warning(record) {
             format!("a burst of its new warnings was here less than {HOLD:?} ago")
         } else if turn.backlog.is_some_and(|now| held(record, now)) {
-            format!(
-                "its triaged warnings are worked on here: its drain waits behind them while \
-                 it has more than half its window left"
-            )
+            "its triaged warnings are worked on here: its drain waits behind them while it \
+             has more than half its window left"
+                .to_string()
         } else {
             format!(
                 "more of its messages in this batch than an invocation takes on ({})",
