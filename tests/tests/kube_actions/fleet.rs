@@ -145,6 +145,20 @@ fn limited(two: &Two, dir: &std::path::Path, limit: Option<(f64, u32)>) -> Handl
     }
 }
 
+/// [`limited`], triaging (issue 59): its continuations, and what triage sends back, on the
+/// queue returned; 11 messages of a cluster taken on in an invocation.
+fn triaging(
+    two: &Two,
+    dir: &std::path::Path,
+    limit: Option<(f64, u32)>,
+) -> (Handler, Arc<crate::support::Continuations>) {
+    let queue = Arc::new(crate::support::Continuations::default());
+    let mut handler = limited(two, dir, limit);
+    handler.passes.queue = Some(queue.clone());
+    handler.takes_per_cluster = Some(11);
+    (handler, queue)
+}
+
 fn rebalance(id: &str, instance: &str, clock: &ManualClock) -> serde_json::Value {
     fixtures::event_json(
         "EC2 Instance Rebalance Recommendation",
@@ -428,11 +442,8 @@ impl forewarn::ports::InstanceDirectory for Lookups {
 async fn a_busy_cluster_keeps_the_new_warnings_its_rate_limit_lets_out_at_once() {
     let two = Two::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let queue = Arc::new(crate::support::Continuations::default());
     // A burst of 4 requests, refilled within 100 ms: two cordons' requests free at once.
-    let mut handler = limited(&two, dir.path(), Some((1000.0, 4)));
-    handler.passes.queue = Some(queue.clone());
-    handler.takes_per_cluster = Some(11);
+    let (handler, queue) = triaging(&two, dir.path(), Some((1000.0, 4)));
     let warning = |id: &str| rebalance(id, BLUE_ID, &two.clock).to_string();
     let requeued = |inv: &forewarn::app::handler::Invocation| -> Vec<bool> {
         assert_eq!(inv.response["batchItemFailures"], serde_json::json!([]));
@@ -467,10 +478,7 @@ async fn a_busy_clusters_new_warnings_go_back_to_its_group_and_are_worked_on_whe
     use forewarn::app::fleet::{MASS, triage::HOLD};
     let two = Two::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let queue = Arc::new(crate::support::Continuations::default());
-    let mut handler = handler(&two, dir.path());
-    handler.passes.queue = Some(queue.clone());
-    handler.takes_per_cluster = Some(11);
+    let (mut handler, queue) = triaging(&two, dir.path(), None);
     let warning = |id: &str, instance: &str| rebalance(id, instance, &two.clock).to_string();
     let outcomes = |inv: &forewarn::app::handler::Invocation| -> Vec<Outcome> {
         assert_eq!(inv.response["batchItemFailures"], serde_json::json!([]));
@@ -559,10 +567,7 @@ async fn a_clusters_drains_wait_behind_its_triaged_warnings_while_half_their_win
     use forewarn::app::fleet::triage::HOLD;
     let two = Two::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let queue = Arc::new(crate::support::Continuations::default());
-    let mut handler = handler(&two, dir.path());
-    handler.passes.queue = Some(queue.clone());
-    handler.takes_per_cluster = Some(11);
+    let (handler, queue) = triaging(&two, dir.path(), None);
     let blue = ClusterId::parse("blue").unwrap().to_string();
     let sent = || std::mem::take(&mut *queue.sent.lock().unwrap());
     let spot = fixtures::spot_json("s1", BLUE_ID, &two.clock.now().to_rfc3339());
