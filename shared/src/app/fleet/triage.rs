@@ -16,10 +16,11 @@
 //!   warnings already triaged keep every environment's share of the cluster's API server at
 //!   work.
 //! - a cluster's **drains' continuations while its triaged warnings are worked on** here (its
-//!   last share here had some, less than [`HOLD`] ago: [`Busy::Backlog`]), while each drain has more than
-//!   half its window left ([`held`]): behind the triaged warnings still queued in the group, so
-//!   that the cluster's cordons come before its drains, as they do without triage (its new
-//!   warnings, each a tenant of its own, are all read before any continuation).
+//!   last share here had some, less than [`HOLD`] ago: [`Busy::Backlog`]), while each drain
+//!   has more than half its window left ([`held`]): behind the triaged warnings still queued
+//!   in the group, so that the cluster's cordons come before its drains, as they do without
+//!   triage (its new warnings, each a tenant of its own, are all read before any
+//!   continuation).
 //! - past **what an invocation takes on** of one cluster ([`takes`]: what its share of the
 //!   cluster's API server cordons in about a second), any message of it: a batch larger than
 //!   that would hold one environment's share for longer.
@@ -103,8 +104,8 @@ pub struct Turn {
 
 /// Whether `record`, a drain's continuation, waits while its cluster's triaged warnings are
 /// worked on (`now`): while its drain has more than half its window left (from its event's time
-/// to the plan's first deadline). No drain waits past that, nor a continuation without a
-/// deadline. What decides is the message's own plan, before its signature is verified: a forged
+/// to the plan's first deadline, not yet past). No drain waits past that, nor a continuation
+/// without a deadline. What decides is the message's own plan, before its signature is verified: a forged
 /// one is sent back as it came, then refused when worked on.
 pub fn held(record: &Record, now: DateTime<Utc>) -> bool {
     let Some(continuation) = &record.continuation else {
@@ -112,7 +113,7 @@ pub fn held(record: &Record, now: DateTime<Utc>) -> bool {
     };
     let plan = &continuation.plan;
     let due = plan.actions.iter().filter_map(|a| a.deadline).min();
-    due.is_some_and(|due| due - now > (due - plan.time) / 2)
+    due.is_some_and(|due| due > now && due - now > (due - plan.time) / 2)
 }
 
 /// `share`, one cluster's, split into what the invocation works on and what goes back to the
@@ -376,8 +377,10 @@ mod tests {
             (vec![10, 11, 12], vec![13]),
             "past half its window, a drain waits no longer"
         );
-        let (now, _) = triage(s, &turn(11, None), &BTreeSet::new());
+        let (now, _) = triage(s.clone(), &turn(11, None), &BTreeSet::new());
         assert_eq!(now.positions.len(), 4, "no backlog: none waits");
+        s.records[1].continuation = Some(drain(Some(-10)));
+        assert!(!held(&s.records[1], t0 - secs(8)), "its deadline past");
         let queue = RecordingQueue::default();
         let to = Destination::Cluster(None);
         let (_, reports) = requeue(&queue, (&to, Tenant::Cluster), later, &at(53)).await;
