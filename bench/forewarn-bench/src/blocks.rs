@@ -292,7 +292,8 @@ fn environment(
         instances: instances.clone(),
         fleet: Fleet::one(cluster),
         concurrency: deployed.concurrency,
-        takes_per_cluster: forewarn::app::fleet::triage::takes(deployed.kube_rate_limit),
+        // As the wiring gives it to a deployment of one cluster (none).
+        takes_per_cluster: forewarn::app::fleet::triage::takes(deployed.kube_rate_limit, false),
         safety_margin: forewarn::app::settings::SAFETY_MARGIN,
         ..Handler::new(deployed.config.clone(), store.clone())
     })

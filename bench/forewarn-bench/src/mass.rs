@@ -149,10 +149,11 @@ pub enum ClientLimit {
 
 impl Settings {
     /// What an invocation takes on of one cluster, as the wiring gives it
-    /// ([`forewarn::app::fleet::triage::takes`] of its environment's limit); none without
-    /// triage.
-    pub(crate) fn takes_per_cluster(&self) -> Option<usize> {
-        forewarn::app::fleet::triage::takes(self.environment_limit()).filter(|_| self.triage)
+    /// ([`forewarn::app::fleet::triage::takes`] of its environment's limit, in a deployment of
+    /// `several` clusters); none without triage.
+    pub(crate) fn takes_per_cluster(&self, several: bool) -> Option<usize> {
+        let takes = forewarn::app::fleet::triage::takes(self.environment_limit(), several);
+        takes.filter(|_| self.triage)
     }
 
     /// The settings of `forewarn-bench mass` with no option given.
@@ -1100,6 +1101,7 @@ pub(crate) async fn fleet_run(
                 }),
             ),
         };
+        let several = fleet.several();
         Arc::new(Handler {
             redelivery: Some(queue.clone()),
             passes: Passes {
@@ -1118,7 +1120,7 @@ pub(crate) async fn fleet_run(
             instances: instances.clone(),
             fleet,
             concurrency: s.batch,
-            takes_per_cluster: s.takes_per_cluster(),
+            takes_per_cluster: s.takes_per_cluster(several),
             safety_margin: SAFETY_MARGIN,
             traffic: elb.as_ref().map(|account| Traffic {
                 balancers: Arc::new(crate::elb::Environment::new(account.clone())),

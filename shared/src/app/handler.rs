@@ -70,8 +70,8 @@ pub struct Handler {
     /// The messages of one cluster an invocation takes on (what its share of the cluster's
     /// API server cordons in about a second, [`triage::takes`]): a batch's others of that
     /// cluster go back to the queue in the message group of the cluster's continuations, as do
-    /// a busy cluster's new warnings (see [`triage`]); `None`: nothing is triaged, every one is
-    /// taken on.
+    /// a busy cluster's new warnings (see [`triage`]); `None` (a deployment of one cluster):
+    /// nothing is triaged, every one is taken on.
     pub takes_per_cluster: Option<usize>,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,

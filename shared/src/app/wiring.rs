@@ -143,6 +143,7 @@ pub async fn services_on(
         .clone()
         .filter(|_| settings.drain_pass_interval.is_some());
     let queue = queue.map(|q| q as Arc<dyn ContinuationQueue>);
+    let several = fleet.several();
     let handler = Handler {
         config: settings.config.clone(),
         mode: settings.mode,
@@ -160,7 +161,7 @@ pub async fn services_on(
         },
         clock,
         concurrency: settings.concurrency,
-        takes_per_cluster: crate::app::fleet::triage::takes(settings.kube_rate_limit),
+        takes_per_cluster: crate::app::fleet::triage::takes(settings.kube_rate_limit, several),
         safety_margin: crate::app::settings::SAFETY_MARGIN,
         // Logs only: a Lambda function's main sets its metrics (see `telemetry::init_json`).
         telemetry: Default::default(),
@@ -502,5 +503,24 @@ mod tests {
             ("FOREWARN_ACCOUNT_ID", "123456789012"),
         ]);
         assert_eq!(tenant_of(&organization), Tenant::Account);
+    }
+
+    /// A deployment of one cluster takes on its whole batch whatever its share of the API
+    /// server (20 environments: 10 requests/s and a burst of 1 each, 5 cordons a second): no
+    /// other cluster waits behind it, and what it sent back would wait behind its own messages.
+    #[tokio::test]
+    async fn a_deployment_of_one_cluster_sends_nothing_back_for_its_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().to_str().unwrap();
+        let vars = [
+            ("FOREWARN_ENVIRONMENTS", "20"),
+            ("FOREWARN_STATE_DIR", state),
+        ];
+        let settings = Settings::from_vars(vars).unwrap();
+        assert_eq!(settings.kube_rate_limit, Some((10.0, 1)));
+        let clock = crate::adapters::clock::ManualClock::at(chrono::Utc::now()).shared();
+        let services = services_on(&settings, None, clock).await.unwrap();
+        assert!(!services.handler.fleet.several());
+        assert_eq!(services.handler.takes_per_cluster, None);
     }
 }

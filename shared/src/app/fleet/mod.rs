@@ -220,6 +220,12 @@ impl Fleet {
         self
     }
 
+    /// Whether the deployment serves several clusters (or a list of them), whose messages can
+    /// wait behind each other's in its queue; not a deployment of one.
+    pub fn several(&self) -> bool {
+        !matches!(self.served, Served::One(_))
+    }
+
     /// The deployment's own account and region.
     pub fn own(&self) -> &Place {
         &self.own
@@ -338,7 +344,7 @@ impl Fleet {
     pub fn busy(&self, name: &str, why: Busy, now: DateTime<Utc>) -> bool {
         let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
         let until = busy.get(&(name.to_string(), why));
-        !matches!(self.served, Served::One(_)) && until.is_some_and(|until| now < *until)
+        self.several() && until.is_some_and(|until| now < *until)
     }
 
     /// Cluster `name` is busy for `why` until [`triage::HOLD`] after `now` (`busy`), or is no

@@ -53,9 +53,11 @@ pub const HOLD: Duration = Duration::from_secs(1);
 /// The messages of one cluster an invocation takes on, from the execution
 /// environment's client-side limit of each cluster's API server (`(requests/s, burst)`, see
 /// `FOREWARN_KUBE_QPS`): the cordons it starts within [`HORIZON_SECONDS`] (at least one).
-/// Without a limit, every one (`None`).
-pub fn takes(limit: Option<(f64, u32)>) -> Option<usize> {
-    let (qps, burst) = limit?;
+/// Without a limit, or unless the deployment serves `several` clusters (one has nobody behind
+/// it in the queue: what it sent back would only wait behind its own messages), every one
+/// (`None`).
+pub fn takes(limit: Option<(f64, u32)>, several: bool) -> Option<usize> {
+    let (qps, burst) = limit.filter(|_| several)?;
     let requests = f64::from(burst) + qps * HORIZON_SECONDS;
     Some(((requests / REQUESTS_PER_CORDON).floor() as usize).max(1))
 }
@@ -255,9 +257,17 @@ mod tests {
     #[test]
     fn an_invocation_takes_what_its_share_cordons_in_a_second() {
         // The deployed share: 200 requests/s over 10 environments, 20/s and a burst of 2 each.
-        assert_eq!(takes(Some((20.0, 2))), Some(11));
-        assert_eq!(takes(Some((0.5, 1))), Some(1), "at least one");
-        assert_eq!(takes(None), None, "no limit: every one");
+        assert_eq!(takes(Some((20.0, 2)), true), Some(11));
+        assert_eq!(takes(Some((0.5, 1)), true), Some(1), "at least one");
+        assert_eq!(takes(None, true), None, "no limit: every one");
+        // 200/s over 20 environments: five in a deployment of several; in one of one cluster
+        // (nobody behind it), every one.
+        assert_eq!(takes(Some((10.0, 1)), true), Some(5));
+        assert_eq!(
+            takes(Some((10.0, 1)), false),
+            None,
+            "one cluster: every one"
+        );
     }
 
     #[test]
