@@ -70,8 +70,8 @@ pub struct Handler {
     /// The messages of one cluster an invocation takes on (what its share of the cluster's
     /// API server cordons in about a second, [`triage::takes`]): a batch's others of that
     /// cluster go back to the queue in the message group of the cluster's continuations, as do
-    /// a busy cluster's new warnings (see [`triage`]); `None` (a deployment of one cluster):
-    /// nothing is triaged, every one is taken on.
+    /// a busy cluster's new warnings (see [`triage`]); `None` (no limit, or a deployment of one
+    /// cluster): nothing is triaged, every one is taken on.
     pub takes_per_cluster: Option<usize>,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
@@ -745,6 +745,8 @@ mod tests {
     /// A batch holding more messages of one cluster than an invocation takes on: the
     /// first are handled, the others sent back as they came, in the cluster's message group,
     /// and acknowledged only once sent (a send that fails fails its message, to come back).
+    /// The handler is given `takes_per_cluster` here; the wiring gives it to a deployment of
+    /// several clusters only (see `triage::takes`).
     #[tokio::test]
     async fn a_busy_clusters_first_time_events_past_what_is_taken_go_back_to_the_queue() {
         const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn-events";
