@@ -408,6 +408,12 @@ pub trait PoolStore: Send + Sync {
         None
     }
 
+    /// The clusters' lists this store shares between execution environments (see
+    /// [`SharedLists`]); `None`: it shares none, and each environment lists for itself.
+    fn shared_lists(&self) -> Option<&dyn SharedLists> {
+        None
+    }
+
     /// A short description for messages (`dynamodb table T`, `embedded store at P`).
     fn location(&self) -> String;
 }
@@ -633,6 +639,48 @@ pub trait TrafficRounds: Send + Sync {
 }
 
 pub use crate::domain::traffic::{Claim, OUTCOME_KEPT, Settled};
+
+/// A cluster's running instances as one execution environment listed them, shared with the
+/// others through the pool store (see [`crate::app::fleet::Fleet::know`]): in a mass
+/// interruption every environment would list the same clusters, and the account's
+/// `DescribeInstances` (a burst of 100, 20 a second) is the lookups'. The pages are opaque here
+/// (the fleet signs them: a table writer cannot forge an instance's facts).
+#[async_trait]
+pub trait SharedLists: Send + Sync {
+    /// Claims the list of `key` at `now` (whole milliseconds): `None` when it is the caller's
+    /// to make (none was claimed within `lease` before), else when the list being made or
+    /// made was claimed.
+    async fn claim_list(
+        &self,
+        key: &ClusterId,
+        now: DateTime<Utc>,
+        lease: std::time::Duration,
+    ) -> Result<Option<DateTime<Utc>>, PortError>;
+
+    /// Writes page `n` of the list of `key` claimed `at` (kept for [`LIST_KEPT`]).
+    async fn put_page(
+        &self,
+        key: &ClusterId,
+        at: DateTime<Utc>,
+        n: usize,
+        page: &str,
+    ) -> Result<(), PortError>;
+
+    /// The pages of the list of `key` claimed `at` from page `from` on, in order, up to the
+    /// first not written yet, at most [`PAGES_READ`].
+    async fn pages(
+        &self,
+        key: &ClusterId,
+        at: DateTime<Utc>,
+        from: usize,
+    ) -> Result<Vec<String>, PortError>;
+}
+
+/// How long a shared list's pages are kept (past its use, [`crate::app::fleet::KNOWN_FOR`]).
+pub const LIST_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
+/// The most pages [`SharedLists::pages`] answers at once (a `BatchGetItem` of 400 KB items
+/// stays under its 16 MB).
+pub const PAGES_READ: usize = 16;
 
 /// Tells people what was done (the webhook). Best effort: it never fails an event.
 #[async_trait]

@@ -925,6 +925,57 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
     a_round_takes_its_share_and_leaves_the_rest(&s, t).await;
 }
 
+/// A cluster's list, shared by two handles (two execution environments): the first claim is
+/// the caller's to make, a claim within the lease answers when the list was claimed, one after
+/// it is the caller's again; its pages are read in order up to the first not written, each
+/// list's and each cluster's apart.
+pub async fn cluster_lists_are_claimed_once_and_shared(s: Subject) {
+    use forewarn::domain::clusters::ClusterId;
+    let t = Utc
+        .timestamp_millis_opt(now().timestamp_millis() + 250)
+        .unwrap();
+    let lease = std::time::Duration::from_secs(60);
+    let (one, other) = (
+        s.store.shared_lists().expect("lists"),
+        s.other.shared_lists().expect("lists"),
+    );
+    let place = forewarn::ports::Place::of("123456789012", "us-east-1");
+    let (blue, green) = (
+        ClusterId::at(&place, "blue"),
+        ClusterId::at(&place, "green"),
+    );
+    assert_eq!(one.claim_list(&blue, t, lease).await.unwrap(), None);
+    let later = t + Duration::seconds(59);
+    assert_eq!(
+        other.claim_list(&blue, later, lease).await.unwrap(),
+        Some(t)
+    );
+    assert_eq!(other.claim_list(&green, later, lease).await.unwrap(), None);
+    for (n, page) in [(0, "zero"), (1, "one"), (3, "three")] {
+        one.put_page(&blue, t, n, page).await.unwrap();
+    }
+    assert_eq!(other.pages(&blue, t, 0).await.unwrap(), ["zero", "one"]);
+    assert_eq!(other.pages(&blue, t, 1).await.unwrap(), ["one"]);
+    assert!(other.pages(&blue, t, 2).await.unwrap().is_empty());
+    assert!(other.pages(&green, later, 0).await.unwrap().is_empty());
+    let pages: Vec<String> = (0..forewarn::ports::PAGES_READ + 2)
+        .map(|n| format!("page {n}"))
+        .collect();
+    for (n, page) in pages.iter().enumerate() {
+        other.put_page(&green, later, n, page).await.unwrap();
+    }
+    let first = one.pages(&green, later, 0).await.unwrap();
+    assert_eq!(first, pages[..forewarn::ports::PAGES_READ]);
+    // After the lease, the next claim is the caller's: a list of its own, apart.
+    let next = t + Duration::seconds(60);
+    assert_eq!(other.claim_list(&blue, next, lease).await.unwrap(), None);
+    assert_eq!(
+        one.claim_list(&blue, next, lease).await.unwrap(),
+        Some(next)
+    );
+    assert!(one.pages(&blue, next, 0).await.unwrap().is_empty());
+}
+
 /// More instances offered than a round takes: the first [`ROUND_TAKES`] go in one round, the
 /// rest in the next, none lost.
 ///

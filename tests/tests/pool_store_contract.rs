@@ -96,6 +96,7 @@ contract_cases!(
     updates_of_more_pools_than_the_limit_are_refused_whole,
     the_continuation_key_is_created_once_and_shared,
     traffic_rounds_are_shared_and_never_lose_an_offer,
+    cluster_lists_are_claimed_once_and_shared,
 );
 
 /// The embedded store creates its first key itself (the DynamoDB store's is the stack's

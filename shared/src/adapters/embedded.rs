@@ -28,7 +28,8 @@ use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, Retention};
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, round_of};
 use crate::ports::{
-    BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, PortError, Settled, TrafficRounds, span,
+    BoxError, Clock, FailureKind, LIST_KEPT, OUTCOME_KEPT, PAGES_READ, PoolStore, PortError,
+    Settled, SharedLists, TrafficRounds, span,
 };
 
 /// Event id → (recorded_at, expires_at), Unix milliseconds.
@@ -44,6 +45,11 @@ const ROUNDS: TableDefinition<&str, &str> = TableDefinition::new("rounds");
 /// Each instance's outcome: `<rounds key>#<instance id>` → (expires_at ms, the [`Outcome`] as
 /// JSON).
 const OUTCOMES: TableDefinition<&str, (i64, &str)> = TableDefinition::new("outcomes");
+/// The clusters' lists shared between environments: `LIST#<account>#<region>#<cluster>` → when
+/// its list was last claimed (Unix milliseconds).
+const LIST_CLAIMS: TableDefinition<&str, i64> = TableDefinition::new("list_claims");
+/// Their pages: `<list key>#<claimed at, ms>#<n>` → (expires_at ms, the page as signed).
+const LIST_PAGES: TableDefinition<&str, (i64, &str)> = TableDefinition::new("list_pages");
 /// Secrets by name: the continuation key (`continuation`, 32 bytes).
 const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
 const CONTINUATION_SECRET: &str = "continuation";
@@ -105,7 +111,8 @@ impl EmbeddedStore {
         &self.path
     }
 
-    /// Removes the ledger entries, pools, history entries and traffic outcomes expired at `now`.
+    /// Removes the ledger entries, pools, history entries, traffic outcomes and lists' pages
+    /// expired at `now`.
     /// Malformed pool records are left in place (reads report them).
     fn purge(&self, now: DateTime<Utc>) -> Result<(), PortError> {
         let now_ms = now.timestamp_millis();
@@ -119,6 +126,9 @@ impl EmbeddedStore {
             })?;
             txn.open_table(OUTCOMES)?
                 .retain(|_, (expires, _)| expires > now_ms)?;
+            txn.open_table(LIST_PAGES)?
+                .retain(|_, (expires, _)| expires > now_ms)?;
+            txn.open_table(LIST_CLAIMS)?;
             Ok(())
         })
     }
@@ -342,6 +352,10 @@ impl PoolStore for EmbeddedStore {
         Some(self)
     }
 
+    fn shared_lists(&self) -> Option<&dyn SharedLists> {
+        Some(self)
+    }
+
     fn location(&self) -> String {
         format!("embedded store at {}", self.path.display())
     }
@@ -506,6 +520,72 @@ impl TrafficRounds for EmbeddedStore {
                 }
             }
             Ok(found)
+        })
+        .await
+    }
+}
+
+/// The key of `cluster`'s list (its claim; its pages start with it).
+fn list_key(cluster: &ClusterId) -> String {
+    round_of(cluster).replacen("TRAFFIC#", "LIST#", 1)
+}
+
+#[async_trait]
+impl SharedLists for EmbeddedStore {
+    async fn claim_list(
+        &self,
+        key: &ClusterId,
+        now: DateTime<Utc>,
+        lease: std::time::Duration,
+    ) -> Result<Option<DateTime<Utc>>, PortError> {
+        let (key, at) = (list_key(key), now.timestamp_millis());
+        let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        self.write_off(format!("claiming the list of {key}"), move |txn| {
+            let mut table = txn.open_table(LIST_CLAIMS)?;
+            let claimed = table.get(key.as_str())?.map(|v| v.value());
+            if let Some(claimed) = claimed.filter(|c| at.saturating_sub(*c) < lease) {
+                return Ok(DateTime::from_timestamp_millis(claimed));
+            }
+            table.insert(key.as_str(), at)?;
+            Ok(None)
+        })
+        .await
+    }
+
+    async fn put_page(
+        &self,
+        key: &ClusterId,
+        at: DateTime<Utc>,
+        n: usize,
+        page: &str,
+    ) -> Result<(), PortError> {
+        let key = format!("{}#{}#{n}", list_key(key), at.timestamp_millis());
+        let (expires, page) = ((at + span(LIST_KEPT)).timestamp_millis(), page.to_string());
+        self.write_off(format!("writing {key}"), move |txn| {
+            let mut table = txn.open_table(LIST_PAGES)?;
+            table.insert(key.as_str(), (expires, page.as_str()))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn pages(
+        &self,
+        key: &ClusterId,
+        at: DateTime<Utc>,
+        from: usize,
+    ) -> Result<Vec<String>, PortError> {
+        let prefix = format!("{}#{}", list_key(key), at.timestamp_millis());
+        self.read(format!("reading the list of {prefix}"), move |txn| {
+            let table = txn.open_table(LIST_PAGES)?;
+            let mut pages = Vec::new();
+            for n in from..from + PAGES_READ {
+                match table.get(format!("{prefix}#{n}").as_str())? {
+                    Some(page) => pages.push(page.value().1.to_string()),
+                    None => break,
+                }
+            }
+            Ok(pages)
         })
         .await
     }

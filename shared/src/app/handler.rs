@@ -160,7 +160,8 @@ impl Handler {
             _ => Vec::new(),
         });
         let (instances, clock) = (self.instances.clone(), self.clock.clone());
-        if let Some(lists) = self.fleet.know(read.collect(), instances, clock) {
+        let lists = (instances, Some(self.store.clone()));
+        if let Some(lists) = self.fleet.know(read.collect(), lists, clock) {
             tokio::spawn(lists);
         }
         let parted = &parted;

@@ -14,7 +14,7 @@ pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 pub const EKS_CLUSTER_TAGS: [&str; 2] = ["aws:eks:cluster-name", "eks:cluster-name"];
 
 /// What EC2 says about one instance.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct InstanceFacts {
     pub instance_id: String,
     pub instance_type: Option<String>,

@@ -11,7 +11,9 @@
 //! * an applied event (the idempotence ledger): `pk` = `EVENT#<event id>`, `sk` = `EVENT`, with
 //!   `kind`, `recorded_at` and `expires_at`;
 //! * the rounds of traffic first of a place and cluster, and each instance's outcome (see
-//!   [`rounds`]).
+//!   [`rounds`]);
+//! * a cluster's list shared between execution environments: its claim and pages (see
+//!   [`lists`]).
 //!
 //! Indexes (all projecting every attribute): [`INDEX_UNAVAILABLE`] (partition `sk`, sort
 //! `unavailable_until`; only pools ever marked unavailable have both), [`INDEX_BY_ZONE`] (partition
@@ -53,6 +55,7 @@ mod apply;
 mod codec;
 mod expr;
 mod ledger;
+mod lists;
 mod queries;
 mod rounds;
 mod secret;
@@ -332,6 +335,10 @@ impl PoolStore for DynamoStore {
     }
 
     fn traffic_rounds(&self) -> Option<&dyn crate::ports::TrafficRounds> {
+        Some(self)
+    }
+
+    fn shared_lists(&self) -> Option<&dyn crate::ports::SharedLists> {
         Some(self)
     }
 

@@ -13,8 +13,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+mod shared;
 pub mod split;
 pub mod triage;
+
+pub use shared::{LIST_POLL, LIST_WAIT};
 
 pub use triage::Busy;
 
@@ -28,7 +31,7 @@ use crate::domain::event::Event;
 use crate::domain::facts::InstanceFacts;
 use crate::ports::{
     BoxError, Clock, ClusterCatalog, Executor, FailureKind, InstanceDirectory, NoNodes,
-    NodeDirectory, PortError, until,
+    NodeDirectory, PoolStore, PortError, until,
 };
 use std::future::Future;
 
@@ -363,8 +366,9 @@ impl Fleet {
     /// A batch's new warnings read here `now`, each its served cluster (`read`). When they
     /// make a mass interruption here (at least [`MASS`] within [`MASS_WINDOW`]), each of their
     /// clusters not listed here within [`KNOWN_FOR`] is to have its running instances listed
-    /// from `instances`: the lists (at once), for the caller to run in the background, until
-    /// `clock` says `KNOWN_FOR` is over. Their facts answer the lookups of the clusters'
+    /// from `instances`, or read from the list another execution environment claimed within
+    /// `KNOWN_FOR` and shares through `store` (see [`shared`]): the lists (at once), for the
+    /// caller to run in the background, until `clock` says `KNOWN_FOR` is over. Their facts answer the lookups of the clusters'
     /// warnings for a while ([`Fleet::listed`]), each page as it comes, so that a mass
     /// interruption's lookups cost EC2 a page per 1,000 instances, not a call per batch. A list
     /// that fails is logged, and is not tried again within [`KNOWN_FOR`]: the warnings it did
@@ -372,7 +376,7 @@ impl Fleet {
     pub fn know(
         &self,
         read: Vec<ClusterId>,
-        instances: Arc<dyn InstanceDirectory>,
+        (instances, store): (Arc<dyn InstanceDirectory>, Option<Arc<dyn PoolStore>>),
         clock: Arc<dyn Clock>,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let now = clock.now();
@@ -403,9 +407,11 @@ impl Fleet {
         for id in &ids {
             known.insert(id.clone(), (now, BTreeMap::new()));
         }
-        let known = self.known.clone();
+        let (known, lister) = (self.known.clone(), clock.clone());
+        let lease = KNOWN_FOR.to_std().unwrap_or_default();
         let lists = async move {
-            let (known, instances) = (&known, &instances);
+            let (known, instances) = (&known, instances.as_ref());
+            let (store, lister) = (store.as_deref(), lister.as_ref());
             let lists = ids.iter().zip(at_once).map(|(id, at_once)| async move {
                 // Each page answers lookups as it comes.
                 let found = |page: BTreeMap<_, _>| {
@@ -414,7 +420,7 @@ impl Fleet {
                         facts.extend(page);
                     }
                 };
-                let list = instances.cluster_instances(&id.place, &id.name, at_once, &found);
+                let list = shared::list(store, instances, (id, at_once, lease), lister, &found);
                 if let Err(e) = list.await {
                     tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not all be listed: the others are looked up")
                 }
@@ -604,7 +610,7 @@ mod tests {
         let listed = |n| lists.0.lock().unwrap().len() == n;
         // What a batch's new warnings of `read` start (the lists, run here to their end).
         let know = async |read: Vec<ClusterId>| {
-            if let Some(lists) = fleet.know(read, lists.clone(), clock.shared()) {
+            if let Some(lists) = fleet.know(read, (lists.clone(), None), clock.shared()) {
                 lists.await;
             }
         };
