@@ -55,24 +55,24 @@ pub(super) async fn list(
     };
     let now = clock.now();
     let now = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
-    let claimed = match store.continuation_keys().await {
-        Ok(keys) => lists.claim_list(id, now, lease).await.map(|c| (keys, c)),
+    let claimed = async {
+        Ok((
+            store.continuation_keys().await?,
+            lists.claim_list(id, now, lease).await?,
+        ))
+    };
+    let shared = match claimed.await {
+        Ok((keys, None)) => {
+            return make(lists, &keys.current, instances, (id, at_once, now), found).await;
+        }
+        Ok((keys, Some(at))) => read(lists, &keys, (id, at), clock, found).await,
         Err(e) => Err(e),
     };
-    match claimed {
-        Ok((keys, Some(at))) => match read(lists, &keys, (id, at), clock, found).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                tracing::warn!(cluster = %id, error = %e, "a cluster's shared list could not all be read: listed here");
-                alone().await
-            }
-        },
-        Ok((keys, None)) => make(lists, &keys.current, instances, (id, at_once, now), found).await,
-        Err(e) => {
-            tracing::warn!(cluster = %id, error = %e, "a cluster's list could not be shared: listed here");
-            alone().await
-        }
+    if let Err(e) = shared {
+        tracing::warn!(cluster = %id, error = %e, "a cluster's list could not be shared, or not all read: listed here");
+        return alone().await;
     }
+    Ok(())
 }
 
 /// Lists `id` from `instances` (each page to `found`), sharing it as claimed `at`: each page
@@ -95,18 +95,9 @@ async fn make(
     };
     let write = async {
         let put = async |n, last, facts| {
-            let page = seal(
-                key,
-                (id, at),
-                Page {
-                    cluster: String::new(),
-                    at: 0,
-                    n,
-                    last,
-                    facts,
-                },
-            );
-            lists.put_page(id, at, n, &page).await
+            lists
+                .put_page(id, at, n, &seal(key, (id, at), (n, last, facts)))
+                .await
         };
         let (mut n, mut written) = (0, Ok(()));
         while let Some(page) = rx.recv().await {
@@ -141,13 +132,20 @@ fn split(page: BTreeMap<String, InstanceFacts>) -> Vec<Vec<InstanceFacts>> {
     pages
 }
 
-/// Page `page` of `id`'s list claimed `at`, as stored: `<key id>.<mac>.<the page as JSON>`,
+/// Page `n` (the `last`?) of `id`'s list claimed `at`, of `facts`, as stored: `<key id>.<mac>.<the page as JSON>`,
 /// the mac `key`'s of the JSON.
-fn seal(key: &ContinuationKey, (id, at): (&ClusterId, DateTime<Utc>), page: Page) -> String {
+fn seal(
+    key: &ContinuationKey,
+    (id, at): (&ClusterId, DateTime<Utc>),
+    (n, last, facts): (usize, bool, Vec<InstanceFacts>),
+) -> String {
+    let (cluster, at) = (id.to_string(), at.timestamp_millis());
     let page = Page {
-        cluster: id.to_string(),
-        at: at.timestamp_millis(),
-        ..page
+        cluster,
+        at,
+        n,
+        last,
+        facts,
     };
     let json = serde_json::to_string(&page).unwrap_or_default();
     format!("{}.{}.{json}", key.id(), key.sign(&json))
@@ -161,9 +159,7 @@ fn open(
     (id, at): (&ClusterId, DateTime<Utc>),
     n: usize,
 ) -> Result<Page, String> {
-    let mut parts = stored.splitn(3, '.');
-    let (key, mac, json) = (parts.next(), parts.next(), parts.next());
-    let (Some(key), Some(mac), Some(json)) = (key, mac, json) else {
+    let [key, mac, json] = stored.splitn(3, '.').collect::<Vec<_>>()[..] else {
         return Err("not `<key id>.<mac>.<page>`".into());
     };
     let key = key.parse().map_err(|_| format!("`{key}` is no key id"))?;
@@ -199,23 +195,15 @@ async fn read(
                 PortError::corrupt(format!("page {n} of {id}'s shared list"), why)
             })?;
             n += 1;
-            found(
-                page.facts
-                    .into_iter()
-                    .map(|f| (f.instance_id.clone(), f))
-                    .collect(),
-            );
+            let facts = (page.facts.into_iter()).map(|f| (f.instance_id.clone(), f));
+            found(facts.collect());
             if page.last {
                 return Ok(());
             }
         }
         if clock.now() >= give_up {
-            let why = format!("its last page had not come after {LIST_WAIT:?}");
-            return Err(PortError::new(
-                format!("{id}'s shared list"),
-                FailureKind::Timeout,
-                why,
-            ));
+            let (what, why) = (format!("{id}'s shared list"), "its last page did not come");
+            return Err(PortError::new(what, FailureKind::Timeout, why));
         }
         if !full {
             clock.sleep(LIST_POLL).await;
@@ -303,13 +291,7 @@ mod tests {
         let at = clock.now();
         assert_eq!(lists.claim_list(&blue, at, lease).await.unwrap(), None);
         let forged = ContinuationKey::with_id(1, [7; 32]);
-        let page = || Page {
-            cluster: String::new(),
-            at: 0,
-            n: 0,
-            last: true,
-            facts: vec![fixtures::instance("i-9").build()],
-        };
+        let page = || (0, true, vec![fixtures::instance("i-9").build()]);
         let forged_page = seal(&forged, (&blue, at), page());
         lists.put_page(&blue, at, 0, &forged_page).await.unwrap();
         let (read, found) = listed(&store, &directory, &blue, &clock).await;
@@ -355,13 +337,7 @@ mod tests {
         let lease = std::time::Duration::from_secs(60);
         assert_eq!(lists.claim_list(&blue, at, lease).await.unwrap(), None);
         let keys = store.continuation_keys().await.unwrap();
-        let first = Page {
-            cluster: String::new(),
-            at: 0,
-            n: 0,
-            last: false,
-            facts: vec![fixtures::instance("i-1").build()],
-        };
+        let first = (0, false, vec![fixtures::instance("i-1").build()]);
         let first = seal(&keys.current, (&blue, at), first);
         lists.put_page(&blue, at, 0, &first).await.unwrap();
         let directory = Three(AtomicUsize::new(0));
