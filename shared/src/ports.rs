@@ -678,9 +678,12 @@ pub trait SharedLists: Send + Sync {
 
 /// How long a shared list's pages are kept (past its use, [`crate::app::fleet::KNOWN_FOR`]).
 pub const LIST_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
-/// The most pages [`SharedLists::pages`] answers at once (a `BatchGetItem` of 400 KB items
-/// stays under its 16 MB).
-pub const PAGES_READ: usize = 16;
+/// The most pages [`SharedLists::pages`] answers at once: every environment of a mass
+/// interruption reads each of its clusters' lists every [`crate::app::fleet::LIST_POLL`], and
+/// a strongly consistent read costs a read unit even for a page not written yet (ten
+/// environments reading ten lists: 4,000 units a second, a new on-demand table's first
+/// capacity).
+pub const PAGES_READ: usize = 4;
 
 /// Tells people what was done (the webhook). Best effort: it never fails an event.
 #[async_trait]

@@ -77,7 +77,8 @@ pub(super) async fn list(
 
 /// Lists `id` from `instances` (each page to `found`), sharing it as claimed `at`: each page
 /// written to `lists` as it comes, sealed with `key`, then a last one, empty. A write that
-/// fails ends the writing (logged): the other environments look up what they miss.
+/// fails ends the writing (logged): the other environments list the cluster themselves after
+/// [`LIST_WAIT`].
 async fn make(
     lists: &dyn SharedLists,
     key: &ContinuationKey,
@@ -111,7 +112,7 @@ async fn make(
             written = put(n, true, Vec::new()).await;
         }
         if let Err(e) = written {
-            tracing::warn!(cluster = %id, error = %e, "a cluster's list could not all be shared: the other environments look up what they miss");
+            tracing::warn!(cluster = %id, error = %e, "a cluster's list could not all be shared: the other environments list it themselves after LIST_WAIT");
         }
     };
     futures::join!(listed, write).0
@@ -119,21 +120,23 @@ async fn make(
 
 /// `page`'s instances in pages of at most [`PAGE_BYTES`] of facts.
 fn split(page: BTreeMap<String, InstanceFacts>) -> Vec<Vec<InstanceFacts>> {
-    let (mut pages, mut bytes) = (vec![Vec::new()], 0);
+    let (mut pages, mut bytes): (Vec<Vec<_>>, _) = (Vec::new(), 0);
     for facts in page.into_values() {
         let size = serde_json::to_string(&facts).map_or(0, |json| json.len());
-        if bytes + size > PAGE_BYTES && pages.last().is_some_and(|p| !p.is_empty()) {
-            (pages.push(Vec::new()), bytes = 0);
+        match pages.last_mut().filter(|_| bytes + size <= PAGE_BYTES) {
+            Some(last) => last.push(facts),
+            None => {
+                pages.push(vec![facts]);
+                bytes = 0;
+            }
         }
         bytes += size;
-        pages.last_mut().map(|p| p.push(facts));
     }
-    pages.retain(|p| !p.is_empty());
     pages
 }
 
-/// Page `n` (the `last`?) of `id`'s list claimed `at`, of `facts`, as stored: `<key id>.<mac>.<the page as JSON>`,
-/// the mac `key`'s of the JSON.
+/// Page `n` (the `last`?) of `id`'s list claimed `at`, of `facts`, as stored: `<key id>.<mac>.<the
+/// page as JSON>`, the mac `key`'s of the JSON.
 fn seal(
     key: &ContinuationKey,
     (id, at): (&ClusterId, DateTime<Utc>),
