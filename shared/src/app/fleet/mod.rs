@@ -368,11 +368,11 @@ impl Fleet {
     /// clusters not listed here within [`KNOWN_FOR`] is to have its running instances listed
     /// from `instances`, or read from the list another execution environment claimed within
     /// `KNOWN_FOR` and shares through `store` (see [`shared`]): the lists (at once), for the
-    /// caller to run in the background, until `clock` says `KNOWN_FOR` is over. Their facts answer the lookups of the clusters'
-    /// warnings for a while ([`Fleet::listed`]), each page as it comes, so that a mass
-    /// interruption's lookups cost EC2 a page per 1,000 instances, not a call per batch. A list
-    /// that fails is logged, and is not tried again within [`KNOWN_FOR`]: the warnings it did
-    /// not find are looked up as any.
+    /// caller to run in the background, until `clock` says `KNOWN_FOR` is over. Their facts
+    /// answer the lookups of the clusters' warnings for a while ([`Fleet::listed`]), each page
+    /// as it comes, so that a mass interruption's lookups cost EC2 a page per 1,000 instances,
+    /// not a call per batch. A list that fails is logged, and is not tried again within
+    /// [`KNOWN_FOR`]: the warnings it did not find are looked up as any.
     pub fn know(
         &self,
         read: Vec<ClusterId>,
