@@ -527,7 +527,7 @@ impl TrafficRounds for EmbeddedStore {
 
 /// The key of `cluster`'s list (its claim; its pages start with it).
 fn list_key(cluster: &ClusterId) -> String {
-    round_of(cluster).replacen("TRAFFIC#", "LIST#", 1)
+    cluster.key("LIST")
 }
 
 #[async_trait]

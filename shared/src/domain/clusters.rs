@@ -151,6 +151,14 @@ impl Entry {
 }
 
 impl ClusterId {
+    /// The cluster's key under `prefix` in a store: `<prefix>#<account>#<region>#<name>` (`-`
+    /// for what its place does not say).
+    pub fn key(&self, prefix: &str) -> String {
+        let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".into());
+        let (account, region) = (part(&self.place.account), part(&self.place.region));
+        format!("{prefix}#{account}#{region}#{}", self.name)
+    }
+
     /// The cluster `name` of `place`.
     pub fn at(place: &Place, name: &str) -> ClusterId {
         let (place, name) = (place.clone(), name.to_string());

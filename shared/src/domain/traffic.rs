@@ -30,9 +30,7 @@ pub const CLUSTER_TAG: &str = "elbv2.k8s.aws/cluster";
 /// to them is signed for: `TRAFFIC#<account>#<region>#<cluster>` (`-` for what its place does
 /// not say).
 pub fn round_of(cluster: &ClusterId) -> String {
-    let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".into());
-    let (account, region) = (part(&cluster.place.account), part(&cluster.place.region));
-    format!("TRAFFIC#{account}#{region}#{}", cluster.name)
+    cluster.key("TRAFFIC")
 }
 
 /// A target registered in a target group, as `DescribeTargetHealth` lists it.

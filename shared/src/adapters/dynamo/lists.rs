@@ -23,9 +23,7 @@ const CLAIM_SK: &str = "CLAIM";
 
 /// The `pk` of `cluster`'s lists.
 fn list_pk(cluster: &ClusterId) -> String {
-    let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".into());
-    let (account, region) = (part(&cluster.place.account), part(&cluster.place.region));
-    format!("LIST#{account}#{region}#{}", cluster.name)
+    cluster.key("LIST")
 }
 
 /// The `sk` of page `n` of the list claimed `at`.

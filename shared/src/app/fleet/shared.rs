@@ -252,6 +252,16 @@ mod tests {
         }
     }
 
+    /// A store (in its directory) on a manual clock, and the cluster blue.
+    fn blue() -> (tempfile::TempDir, ManualClock, EmbeddedStore, ClusterId) {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::at(fixtures::t0());
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let store = store.with_clock(clock.shared());
+        let blue = ClusterId::at(&Place::of("123456789012", "us-east-1"), "blue");
+        (dir, clock, store, blue)
+    }
+
     /// What one environment's list of `id` found, by instance.
     async fn listed(
         store: &EmbeddedStore,
@@ -271,15 +281,10 @@ mod tests {
 
     /// The first environment to claim a cluster's list makes it and shares its pages, signed;
     /// another reads them and lists nothing; a page that does not verify, or is another list's,
-    /// is refused, its instances found by nobody.
+    /// is refused (its instances found by nobody) and the cluster listed here.
     #[tokio::test]
     async fn a_clusters_list_is_made_once_and_read_by_the_other_environments() {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::at(fixtures::t0());
-        let store = EmbeddedStore::open(dir.path())
-            .unwrap()
-            .with_clock(clock.shared());
-        let blue = ClusterId::at(&Place::of("123456789012", "us-east-1"), "blue");
+        let (_dir, clock, store, blue) = blue();
         let directory = Three(AtomicUsize::new(0));
         let all = ["i-1", "i-2", "i-3"];
         let (made, found) = listed(&store, &directory, &blue, &clock).await;
@@ -329,12 +334,7 @@ mod tests {
     /// and lists the cluster itself.
     #[tokio::test]
     async fn a_reader_gives_up_on_a_list_whose_last_page_never_comes() {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::at(fixtures::t0());
-        let store = EmbeddedStore::open(dir.path())
-            .unwrap()
-            .with_clock(clock.shared());
-        let blue = ClusterId::at(&Place::of("123456789012", "us-east-1"), "blue");
+        let (_dir, clock, store, blue) = blue();
         let lists = store.shared_lists().unwrap();
         let at = clock.now();
         let lease = std::time::Duration::from_secs(60);
