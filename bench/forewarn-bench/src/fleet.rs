@@ -323,6 +323,7 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
             sent_back("Requeued"),
             sent_back("pass Requeued"),
         ));
+        handled.push_str(&floor(s, case, a, (q, &both[0])));
     }
     rows.push_str(&crate::cpu::row(6, &[Some(load)]));
     Ok(format!(
@@ -375,6 +376,75 @@ fn neighbour_row(
         secs(with),
         load.verdict(met, "met", "not met")
     )
+}
+
+/// This design's floor for the quiet cluster's last cordon beside the loud one, and why: its
+/// warnings are received after the messages ahead of them when sent (the loud cluster's not
+/// yet read, unless the fair queue counts the loud tenant noisy); each batch of those costs
+/// its invocation at least one send back (its warnings sent back at once), so they are read at
+/// best as the event source mapping's batches (as it scales) take one send each; once read,
+/// the quiet cluster's are cordoned at best as fast as alone. Beside it, the same from this
+/// run: when its warnings were read, and when the loud cluster was listed (until then, each
+/// batch ahead costs a `DescribeInstances` under EC2's throttle, not only a send).
+fn floor(s: &Settings, case: &str, alone: &Run, (quiet, loud): (&Run, &Run)) -> String {
+    // From its warnings read to its last cordon: alone, and beside the loud one.
+    let after_read = |run: &Run| last(&run.cordoned)?.checked_sub(run.behind.1?);
+    let (Some(own), ahead) = (after_read(alone), quiet.behind.0) else {
+        return format!(
+            "- {case}: no floor (the quiet cluster alone was not all read and cordoned)\n"
+        );
+    };
+    let reads = read_at_best(ahead, NEIGHBOUR_AFTER, s);
+    let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
+    let alone_cordon = last(&alone.cordoned).unwrap_or(own);
+    let times = |d: Duration| format!("{:.2}×", d.as_secs_f64() / alone_cordon.as_secs_f64());
+    let measured = match (quiet.behind.1, after_read(quiet)) {
+        (Some(read), Some(then)) => format!(
+            "In this run they were read in {}, the quiet cluster's last cordon {} after (alone: \
+             {}), {} in all ({})",
+            secs(read),
+            secs(then),
+            secs(own),
+            secs(read + then),
+            times(read + then)
+        ),
+        _ => "In this run they were not all read, or not all cordoned".into(),
+    };
+    let listed = loud
+        .listed
+        .filter(|_| ahead > 0)
+        .map_or(String::new(), |l| {
+            format!(
+                ": until the loud cluster was listed, at {} of the run, each batch ahead cost a \
+             `DescribeInstances` under EC2's throttle, not only a send",
+                secs(l)
+            )
+        });
+    format!(
+        "- {case}, this design's floor: the quiet cluster's warnings were sent behind {ahead} \
+         messages not yet read (a tenant of its own is received oldest first; a noisy tenant's \
+         messages are not ahead). Read at the speed of sending back ({} messages a batch, a \
+         batch a send of {} ms, as many at once as the event source mapping runs), they take \
+         {}: the quiet cluster's last cordon then {} at best, **{}** alone. {measured}{listed}.\n",
+        s.batch,
+        s.sqs_latency_ms,
+        secs(reads),
+        secs(reads + own),
+        times(reads + own),
+    )
+}
+
+/// How long `ahead` messages take to be read from `from` (after the first messages appeared)
+/// at best: every batch of `--batch` taking one SQS send, as many at once as the event source
+/// mapping's pollers then (see [`crate::queue::pollers_at`]).
+fn read_at_best(ahead: usize, from: Duration, s: &Settings) -> Duration {
+    let send = Duration::from_millis(s.sqs_latency_ms).max(Duration::from_millis(1));
+    let (mut at, mut read) = (from, 0);
+    while read < ahead {
+        read += crate::queue::pollers_at(at, s.invocations) * s.batch.max(1);
+        at += send;
+    }
+    at - from
 }
 
 /// The member accounts of the neighbour case's organization run.
@@ -626,4 +696,34 @@ async fn cordons(s: &Settings, manifest: bool, loaded: bool) -> anyhow::Result<f
         .unwrap_or_else(|| clock.now())
         .max(clock.now());
     Ok((last - started).num_milliseconds() as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_ahead_are_read_at_best_a_send_a_round_of_the_mappings_batches() {
+        let s = Settings {
+            batch: 10,
+            invocations: 10,
+            sqs_latency_ms: 10,
+            ..Settings::defaults()
+        };
+        assert_eq!(read_at_best(0, NEIGHBOUR_AFTER, &s), Duration::ZERO);
+        // At 1 s the mapping runs its 10 batches: 100 messages a send.
+        assert_eq!(
+            read_at_best(5000, NEIGHBOUR_AFTER, &s),
+            Duration::from_millis(500)
+        );
+        // From the start, 5 batches (50 a send) until it scales.
+        assert_eq!(
+            read_at_best(100, Duration::ZERO, &s),
+            Duration::from_millis(20)
+        );
+        assert_eq!(
+            read_at_best(101, Duration::ZERO, &s),
+            Duration::from_millis(30)
+        );
+    }
 }

@@ -275,6 +275,13 @@ pub(crate) struct Run {
     pub(crate) elb: Option<String>,
     /// How much of the run the CPU was the bottleneck (the whole run's, every cluster's).
     pub(crate) load: crate::cpu::Load,
+    /// The messages a new one was received after when its warnings were sent
+    /// ([`Queue::ahead`]), and how long after they were sent the last of them was first read
+    /// (`None`: not all were).
+    pub(crate) behind: (usize, Option<Duration>),
+    /// When, from the run's start, its instances were first listed whole (a mass
+    /// interruption's list, `cluster_instances`).
+    pub(crate) listed: Option<Duration>,
 }
 
 impl Run {
@@ -1076,7 +1083,8 @@ pub(crate) async fn fleet_run(
     // The account's load balancers (one cluster's runs only).
     let elb =
         (s.target_groups > 0 && members.len() == 1).then(|| Arc::new(elb_account(s, &instances)));
-    let instances = Accounts::of(members, instances, s);
+    let accounts = Accounts::of(members, instances, s);
+    let instances: Arc<dyn forewarn::ports::InstanceDirectory> = accounts.clone();
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
     let environment = || {
@@ -1130,19 +1138,11 @@ pub(crate) async fn fleet_run(
         })
     };
 
-    for p in &played {
-        s.server
-            .apply(&p.fake, Duration::from_secs(s.grace_seconds));
-        p.fake.clear_requests();
-        if p.member.down_for.is_some() {
-            p.fake
-                .inject(kube_fake::Fault::new(503).times(usize::MAX / 2));
-        }
-    }
+    ready(s, &played);
     let warned_at = chrono::Utc::now();
     let start = Instant::now();
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
-    let ((totals, ()), load) = crate::cpu::measured(async {
+    let ((totals, sent), load) = crate::cpu::measured(async {
         tokio::join!(
             poll(s, &queue, environment, cutoff, Arc::default()),
             timeline(&played, &queue, start, warned_at)
@@ -1160,31 +1160,62 @@ pub(crate) async fn fleet_run(
                 .as_ref()
                 .map(|a| a.summary(&p.ids, &seen.tried, warned_at));
             let run = run_of(&p.fake, &requests, seen, totals.clone(), warned_at)?;
-            Ok(Run { elb, load, ..run })
+            let (ahead, at, ids) = &sent[&p.member.name];
+            let behind = (*ahead, queue.first_read(ids).map(|read| read - *at));
+            let listed = accounts.listed(&p.member.name).map(|at| at - start);
+            Ok(Run {
+                elb,
+                load,
+                behind,
+                listed,
+                ..run
+            })
         })
         .collect()
 }
 
+/// Readies the API servers of a run's clusters: the server's model applied, the requests so far
+/// cleared, those down at first failing every request.
+fn ready(s: &Settings, played: &[Played]) {
+    for p in played {
+        s.server
+            .apply(&p.fake, Duration::from_secs(s.grace_seconds));
+        p.fake.clear_requests();
+        if p.member.down_for.is_some() {
+            p.fake
+                .inject(kube_fake::Fault::new(503).times(usize::MAX / 2));
+        }
+    }
+}
+
 /// What happens to a run's clusters from `start` (at `warned_at`): the warnings of the
 /// clusters warned first at once, interleaved, the others' on time; each outage ending on time.
+/// Of each cluster: the messages ahead of its warnings, when they were sent, and their ids
+/// (watched).
 async fn timeline(
     played: &[Played],
     queue: &Arc<Queue>,
     start: Instant,
     warned_at: chrono::DateTime<chrono::Utc>,
-) {
+) -> BTreeMap<String, (usize, Instant, Vec<u64>)> {
     let first: Vec<&Played> = played
         .iter()
         .filter(|p| p.member.warned_after.is_zero())
         .collect();
-    warn(queue, &first, warned_at);
+    let mut sent: BTreeMap<_, _> = (warn(queue, &first, warned_at).into_iter())
+        .map(|(name, ids)| (name, (0, start, ids)))
+        .collect();
     let later = played
         .iter()
         .filter(|p| !p.member.warned_after.is_zero())
         .map(|p| async move {
             tokio::time::sleep_until(start + p.member.warned_after).await;
             let at = warned_at + forewarn::ports::span(p.member.warned_after);
-            warn(queue, &[p], at);
+            let (ahead, sent) = (queue.ahead(), Instant::now());
+            let ids = warn(queue, &[p], at)
+                .remove(&p.member.name)
+                .unwrap_or_default();
+            (p.member.name.clone(), (ahead, sent, ids))
         });
     let outages = played.iter().filter_map(|p| {
         let fake = Arc::clone(&p.fake);
@@ -1193,17 +1224,25 @@ async fn timeline(
             fake.clear_faults();
         })
     });
-    futures::future::join(
+    let (later, _) = futures::future::join(
         futures::future::join_all(later),
         futures::future::join_all(outages),
     )
     .await;
+    sent.extend(later);
+    sent
 }
 
-/// Queues a spot warning for every node of `played`, sent at `at`, the clusters' interleaved.
-fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
+/// Queues a spot warning for every node of `played`, sent at `at`, the clusters' interleaved;
+/// their ids by cluster, watched (see [`Queue::watch`]).
+fn warn(
+    queue: &Queue,
+    played: &[&Played],
+    at: chrono::DateTime<chrono::Utc>,
+) -> BTreeMap<String, Vec<u64>> {
     let time = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let most = played.iter().map(|p| p.ids.len()).max().unwrap_or(0);
+    let mut ids: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for n in 0..most {
         for p in played.iter().filter(|p| n < p.ids.len()) {
             let mut event = warning(n, &p.ids[n], &time);
@@ -1213,9 +1252,12 @@ fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
             // As the stack delivers it: with an organization in the account's message group
             // (the own account's rules, a member's route); without one in none (a tenant of
             // its own).
-            queue.send(event.to_string(), p.group.as_deref(), Duration::ZERO);
+            let id = queue.send(event.to_string(), p.group.as_deref(), Duration::ZERO);
+            ids.entry(p.member.name.clone()).or_default().push(id);
         }
     }
+    ids.values().for_each(|ids| queue.watch(ids));
+    ids
 }
 
 /// The instances of every account of a run, each described in its own account: those of an
@@ -1231,6 +1273,8 @@ struct Accounts {
     limit: Option<(f64, f64)>,
     /// Each account's tokens (the own account's under `None`), when they were counted.
     buckets: Mutex<BTreeMap<Option<String>, (f64, Instant)>>,
+    /// When each cluster's instances were first listed whole.
+    listed: Mutex<BTreeMap<String, Instant>>,
 }
 
 impl Accounts {
@@ -1239,7 +1283,7 @@ impl Accounts {
         members: &[Member],
         instances: BTreeMap<String, InstanceFacts>,
         s: &Settings,
-    ) -> Arc<dyn forewarn::ports::InstanceDirectory> {
+    ) -> Arc<Accounts> {
         let denied = members
             .iter()
             .filter(|m| m.denies)
@@ -1254,7 +1298,13 @@ impl Accounts {
             ),
             limit: (s.ec2_rate > 0.0).then_some((s.ec2_rate, f64::from(s.ec2_bucket.max(1)))),
             buckets: Mutex::default(),
+            listed: Mutex::default(),
         })
+    }
+
+    /// When `cluster`'s instances were first listed whole.
+    fn listed(&self, cluster: &str) -> Option<Instant> {
+        self.listed.lock().unwrap().get(cluster).copied()
     }
 
     /// How long `calls` in `account` wait for their tokens, taken now (reservations: the
@@ -1346,7 +1396,12 @@ impl forewarn::ports::InstanceDirectory for Accounts {
                 Ok(())
             }
         });
-        futures::future::join_all(lists).await.into_iter().collect()
+        let listed: Result<(), _> = futures::future::join_all(lists).await.into_iter().collect();
+        if listed.is_ok() {
+            let mut at = self.listed.lock().unwrap();
+            at.entry(cluster.to_string()).or_insert_with(Instant::now);
+        }
+        listed
     }
 }
 
@@ -1701,6 +1756,8 @@ fn run_of(
         warned_at,
         elb: None,
         load: crate::cpu::Load::default(),
+        behind: (0, None),
+        listed: None,
     })
 }
 

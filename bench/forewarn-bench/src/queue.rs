@@ -89,14 +89,37 @@ struct State {
     in_flight: HashMap<u64, Message>,
     /// Visibility set by the handler for messages in flight.
     changed: HashMap<u64, Duration>,
+    /// The messages watched (see [`Queue::watch`]): when each was first received.
+    watched: HashMap<u64, Option<Instant>>,
     next: u64,
+}
+
+impl State {
+    /// Whether a tenant is noisy, by the messages in flight.
+    fn noisy(&self) -> impl Fn(&str) -> bool + '_ {
+        let flying = self.flying();
+        let all = self.in_flight.len();
+        move |tenant: &str| {
+            let own = flying.get(tenant).copied().unwrap_or(0);
+            own >= NOISY_AT_LEAST && own as f64 > NOISY_SHARE * all as f64
+        }
+    }
+
+    /// Each tenant's messages in flight.
+    fn flying(&self) -> BTreeMap<&str, usize> {
+        let mut flying: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.in_flight.values() {
+            *flying.entry(m.tenant.as_str()).or_insert(0) += 1;
+        }
+        flying
+    }
 }
 
 impl Queue {
     /// Queues `body` in `group` (none: a tenant of its own, as EventBridge's deliveries),
     /// visible after `delay` in whole seconds, as SQS takes it (`DelaySeconds`, rounded up as
     /// the handler's SQS client does).
-    pub(crate) fn send(&self, body: String, group: Option<&str>, delay: Duration) {
+    pub(crate) fn send(&self, body: String, group: Option<&str>, delay: Duration) -> u64 {
         let delay = Duration::from_secs(delay_seconds(delay).into());
         let mut s = self.state.lock().unwrap();
         s.next += 1;
@@ -109,6 +132,33 @@ impl Queue {
             visible_at: Instant::now() + delay,
             receives: 0,
         });
+        id
+    }
+
+    /// The messages a new message of a quiet tenant would be received after: those visible,
+    /// never received, of quiet tenants (received oldest first, see [`Queue::receive`]).
+    pub(crate) fn ahead(&self) -> usize {
+        let now = Instant::now();
+        let s = self.state.lock().unwrap();
+        let noisy = s.noisy();
+        let ahead = s
+            .waiting
+            .iter()
+            .filter(|m| m.receives == 0 && m.visible_at <= now && !noisy(&m.tenant));
+        ahead.count()
+    }
+
+    /// Watches `ids`: [`Queue::first_read`] tells when each was first received.
+    pub(crate) fn watch(&self, ids: &[u64]) {
+        let mut s = self.state.lock().unwrap();
+        s.watched.extend(ids.iter().map(|id| (*id, None)));
+    }
+
+    /// When the last of the watched `ids` was first received, once every one was.
+    pub(crate) fn first_read(&self, ids: &[u64]) -> Option<Instant> {
+        let s = self.state.lock().unwrap();
+        let mut reads = ids.iter().map(|id| s.watched.get(id).copied().flatten());
+        reads.try_fold(None, |last: Option<Instant>, at| Some(last.max(Some(at?))))?
     }
 
     /// Up to `max` visible messages: the quiet tenants' first, oldest first, then the noisy
@@ -116,15 +166,7 @@ impl Queue {
     pub(crate) fn receive(&self, max: usize) -> Vec<Received> {
         let now = Instant::now();
         let mut s = self.state.lock().unwrap();
-        let mut flying: BTreeMap<&str, usize> = BTreeMap::new();
-        for m in s.in_flight.values() {
-            *flying.entry(m.tenant.as_str()).or_insert(0) += 1;
-        }
-        let all = s.in_flight.len();
-        let noisy = |tenant: &str| {
-            let own = flying.get(tenant).copied().unwrap_or(0);
-            own >= NOISY_AT_LEAST && own as f64 > NOISY_SHARE * all as f64
-        };
+        let (noisy, flying) = (s.noisy(), s.flying());
         // The visible messages that could be taken: every quiet one up to `max`, and up to
         // `max` of each noisy tenant, in queue order.
         let mut quiet: Vec<usize> = Vec::new();
@@ -147,6 +189,7 @@ impl Queue {
                 break;
             }
         }
+        drop(noisy);
         let mut loud: Vec<(usize, Vec<usize>)> = loud
             .into_iter()
             .map(|(t, v)| (flying.get(t).copied().unwrap_or(0), v))
@@ -165,6 +208,9 @@ impl Queue {
         for (rank, i) in order {
             let mut m = s.waiting.remove(i).expect("an index of the scan");
             m.receives += 1;
+            if let Some(first @ None) = s.watched.get_mut(&m.id) {
+                *first = Some(now);
+            }
             taken.push((rank, m));
         }
         taken.sort_by_key(|(rank, _)| *rank);
@@ -320,6 +366,35 @@ mod tests {
         assert_eq!(next[0], "a20");
         assert_eq!(next.len(), 10);
         assert!(!next.contains(&"b".to_string()));
+    }
+
+    #[test]
+    fn what_is_ahead_of_a_new_quiet_message_and_when_watched_ones_are_first_read() {
+        let q = Queue::default();
+        for n in 0..200 {
+            q.send(format!("a{n}"), Some("A"), Duration::ZERO);
+        }
+        for n in 0..5 {
+            q.send(format!("e{n}"), None, Duration::ZERO);
+        }
+        q.send("later".into(), None, Duration::from_secs(60));
+        assert_eq!(q.ahead(), 205, "every visible message never received");
+        // 30 of A in flight: A is noisy, its messages are not ahead of a quiet one.
+        let _flying: Vec<Received> = (0..3).flat_map(|_| q.receive(10)).collect();
+        assert_eq!(q.ahead(), 5, "the messages of tenants of their own only");
+        let w0 = q.send("w0".into(), None, Duration::ZERO);
+        let w1 = q.send("w1".into(), None, Duration::ZERO);
+        q.watch(&[w0, w1]);
+        assert_eq!(q.ahead(), 7);
+        assert_eq!(q.first_read(&[w0, w1]), None, "not read yet");
+        let next: Vec<String> = q.receive(6).into_iter().map(|m| m.1).collect();
+        assert_eq!(next, ["e0", "e1", "e2", "e3", "e4", "w0"]);
+        assert_eq!(q.first_read(&[w0, w1]), None, "w1 not read yet");
+        let read = q.first_read(&[w0]).expect("w0 read");
+        let _ = q.receive(1);
+        let last = q.first_read(&[w0, w1]).expect("both read");
+        assert!(last >= read);
+        assert_eq!(q.ahead(), 0);
     }
 
     #[test]
