@@ -389,14 +389,14 @@ fn neighbour_row(
 fn floor(s: &Settings, case: &str, alone: &Run, (quiet, loud): (&Run, &Run)) -> String {
     // From its warnings read to its last cordon: alone, and beside the loud one.
     let after_read = |run: &Run| last(&run.cordoned)?.checked_sub(run.behind.1?);
-    let (Some(own), ahead) = (after_read(alone), quiet.behind.0) else {
+    let (Some(alone_cordon), Some(own)) = (last(&alone.cordoned), after_read(alone)) else {
         return format!(
             "- {case}: no floor (the quiet cluster alone was not all read and cordoned)\n"
         );
     };
+    let ahead = quiet.behind.0;
     let reads = read_at_best(ahead, NEIGHBOUR_AFTER, s);
     let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
-    let alone_cordon = last(&alone.cordoned).unwrap_or(own);
     let times = |d: Duration| format!("{:.2}×", d.as_secs_f64() / alone_cordon.as_secs_f64());
     let measured = match (quiet.behind.1, after_read(quiet)) {
         (Some(read), Some(then)) => format!(

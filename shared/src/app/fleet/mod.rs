@@ -487,7 +487,7 @@ mod tests {
     const MEMBER: &str = "111111111111";
 
     /// The deployment's own account and region.
-    fn own() -> Place {
+    pub(super) fn own() -> Place {
         Place::of("123456789012", "eu-west-1")
     }
 
@@ -563,7 +563,7 @@ mod tests {
     /// What lists a cluster's instances (cluster `a` of the own place has `i-1` and `i-2`, a
     /// page each; a member's cluster fails after a page of `i-9`; any other has none), keeping
     /// each list's calls it may start at once.
-    struct Lists(Mutex<Vec<usize>>);
+    pub(super) struct Lists(pub(super) Mutex<Vec<usize>>);
 
     #[async_trait]
     impl InstanceDirectory for Lists {

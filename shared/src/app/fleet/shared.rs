@@ -219,53 +219,24 @@ mod tests {
     use super::*;
     use crate::adapters::clock::ManualClock;
     use crate::adapters::embedded::EmbeddedStore;
+    use crate::app::fleet::tests::{Lists, own};
     use crate::domain::fixtures;
-    use crate::ports::Place;
     use std::sync::Mutex;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A cluster of three running instances, listed in two pages; how many lists it made.
-    struct Three(AtomicUsize);
-
-    #[async_trait::async_trait]
-    impl InstanceDirectory for Three {
-        async fn describe(
-            &self,
-            _: &Place,
-            _: &[String],
-        ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
-            unreachable!("a list is no lookup")
-        }
-
-        async fn cluster_instances(
-            &self,
-            _: &Place,
-            _: &str,
-            _: usize,
-            found: &(dyn Fn(BTreeMap<String, InstanceFacts>) + Send + Sync),
-        ) -> Result<(), PortError> {
-            self.0.fetch_add(1, Ordering::SeqCst);
-            let facts = |id: &str| (id.to_string(), fixtures::instance(id).build());
-            found(BTreeMap::from([facts("i-1"), facts("i-2")]));
-            found(BTreeMap::from([facts("i-3")]));
-            Ok(())
-        }
-    }
-
-    /// A store (in its directory) on a manual clock, and the cluster blue.
-    fn blue() -> (tempfile::TempDir, ManualClock, EmbeddedStore, ClusterId) {
+    /// A store (in its directory) on a manual clock, and the cluster `a` that [`Lists`] lists
+    /// (`i-1` and `i-2`, a page each).
+    fn cluster_a() -> (tempfile::TempDir, ManualClock, EmbeddedStore, ClusterId) {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::at(fixtures::t0());
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let store = store.with_clock(clock.shared());
-        let blue = ClusterId::at(&Place::of("123456789012", "us-east-1"), "blue");
-        (dir, clock, store, blue)
+        (dir, clock, store, ClusterId::at(&own(), "a"))
     }
 
     /// What one environment's list of `id` found, by instance.
     async fn listed(
         store: &EmbeddedStore,
-        directory: &Three,
+        directory: &Lists,
         id: &ClusterId,
         clock: &ManualClock,
     ) -> (Result<(), PortError>, Vec<String>) {
@@ -284,73 +255,70 @@ mod tests {
     /// is refused (its instances found by nobody) and the cluster listed here.
     #[tokio::test]
     async fn a_clusters_list_is_made_once_and_read_by_the_other_environments() {
-        let (_dir, clock, store, blue) = blue();
-        let directory = Three(AtomicUsize::new(0));
-        let all = ["i-1", "i-2", "i-3"];
-        let (made, found) = listed(&store, &directory, &blue, &clock).await;
+        let (_dir, clock, store, a) = cluster_a();
+        let directory = Lists(Mutex::default());
+        let all = ["i-1", "i-2"];
+        let (made, found) = listed(&store, &directory, &a, &clock).await;
         assert!(made.is_ok() && found == all);
-        let (read, found) = listed(&store.clone(), &directory, &blue, &clock).await;
+        let (read, found) = listed(&store.clone(), &directory, &a, &clock).await;
         assert!(read.is_ok() && found == all, "{read:?} {found:?}");
-        assert_eq!(directory.0.load(Ordering::SeqCst), 1, "listed once");
+        assert_eq!(directory.0.lock().unwrap().len(), 1, "listed once");
         // A list claimed by a table writer, whose page is not signed by forewarn's key.
         clock.advance(std::time::Duration::from_secs(61));
         let lists = store.shared_lists().unwrap();
         let lease = std::time::Duration::from_secs(60);
         let at = clock.now();
-        assert_eq!(lists.claim_list(&blue, at, lease).await.unwrap(), None);
+        assert_eq!(lists.claim_list(&a, at, lease).await.unwrap(), None);
         let forged = ContinuationKey::with_id(1, [7; 32]);
         let page = || (0, true, vec![fixtures::instance("i-9").build()]);
-        let forged_page = seal(&forged, (&blue, at), page());
-        lists.put_page(&blue, at, 0, &forged_page).await.unwrap();
-        let (read, found) = listed(&store, &directory, &blue, &clock).await;
+        let forged_page = seal(&forged, (&a, at), page());
+        lists.put_page(&a, at, 0, &forged_page).await.unwrap();
+        let (read, found) = listed(&store, &directory, &a, &clock).await;
         assert!(
             read.is_ok() && found == all,
             "refused, then listed here: {found:?}"
         );
-        assert_eq!(directory.0.load(Ordering::SeqCst), 2);
+        assert_eq!(directory.0.lock().unwrap().len(), 2);
         // Signed by forewarn, but another cluster's page, replayed in this list.
         clock.advance(std::time::Duration::from_secs(61));
         let at = clock.now();
-        assert_eq!(lists.claim_list(&blue, at, lease).await.unwrap(), None);
+        assert_eq!(lists.claim_list(&a, at, lease).await.unwrap(), None);
         let keys = store.continuation_keys().await.unwrap();
-        let green = ClusterId::at(&blue.place, "green");
+        let green = ClusterId::at(&a.place, "green");
         let replayed = seal(&keys.current, (&green, at), page());
-        lists.put_page(&blue, at, 0, &replayed).await.unwrap();
-        let (read, found) = listed(&store, &directory, &blue, &clock).await;
+        lists.put_page(&a, at, 0, &replayed).await.unwrap();
+        let (read, found) = listed(&store, &directory, &a, &clock).await;
         assert!(
             read.is_ok() && found == all,
             "refused, then listed here: {found:?}"
         );
-        assert_eq!(directory.0.load(Ordering::SeqCst), 3);
+        assert_eq!(directory.0.lock().unwrap().len(), 3);
         // Why each was refused; forewarn's own page of this list is read.
-        let why = |stored: &str| open(stored, &keys, (&blue, at), 0).err().unwrap();
+        let why = |stored: &str| open(stored, &keys, (&a, at), 0).err().unwrap();
         assert!(why(&forged_page).contains("does not match"));
-        assert!(why(&replayed).contains("of 123456789012/us-east-1/green's list"));
-        let own = seal(&keys.current, (&blue, at), page());
-        assert_eq!(open(&own, &keys, (&blue, at), 0).unwrap().facts.len(), 1);
+        assert!(why(&replayed).contains("of 123456789012/eu-west-1/green's list"));
+        let ours = seal(&keys.current, (&a, at), page());
+        assert_eq!(open(&ours, &keys, (&a, at), 0).unwrap().facts.len(), 1);
     }
 
     /// A reader whose list's last page never comes gives up after LIST_WAIT, with what came,
     /// and lists the cluster itself.
     #[tokio::test]
     async fn a_reader_gives_up_on_a_list_whose_last_page_never_comes() {
-        let (_dir, clock, store, blue) = blue();
+        let (_dir, clock, store, a) = cluster_a();
         let lists = store.shared_lists().unwrap();
         let at = clock.now();
         let lease = std::time::Duration::from_secs(60);
-        assert_eq!(lists.claim_list(&blue, at, lease).await.unwrap(), None);
+        assert_eq!(lists.claim_list(&a, at, lease).await.unwrap(), None);
         let keys = store.continuation_keys().await.unwrap();
         let first = (0, false, vec![fixtures::instance("i-1").build()]);
-        let first = seal(&keys.current, (&blue, at), first);
-        lists.put_page(&blue, at, 0, &first).await.unwrap();
-        let directory = Three(AtomicUsize::new(0));
-        let (read, found) = listed(&store, &directory, &blue, &clock).await;
-        assert!(
-            read.is_ok() && found == ["i-1", "i-1", "i-2", "i-3"],
-            "{found:?}"
-        );
+        let first = seal(&keys.current, (&a, at), first);
+        lists.put_page(&a, at, 0, &first).await.unwrap();
+        let directory = Lists(Mutex::default());
+        let (read, found) = listed(&store, &directory, &a, &clock).await;
+        assert!(read.is_ok() && found == ["i-1", "i-1", "i-2"], "{found:?}");
         assert!(clock.now() >= at + span(LIST_WAIT));
-        assert_eq!(directory.0.load(Ordering::SeqCst), 1);
+        assert_eq!(directory.0.lock().unwrap().len(), 1);
     }
 
     /// Pages hold at most PAGE_BYTES of facts (a DynamoDB item holds 400 KB), each instance
