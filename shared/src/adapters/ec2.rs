@@ -171,11 +171,8 @@ impl InstanceDirectory for Ec2Directory {
     ) -> Result<CapacityBlock, PortError> {
         const CALL: &str = "ec2:DescribeCapacityReservations";
         let client = self.places.client_for(place, CALL).await?;
-        let answer = client
-            .describe_capacity_reservations()
-            .capacity_reservation_ids(reservation_id)
-            .send()
-            .await;
+        let ask = client.describe_capacity_reservations();
+        let answer = ask.capacity_reservation_ids(reservation_id).send().await;
         let facts = match answer {
             Ok(out) => out.capacity_reservations().iter().find_map(block_of),
             Err(e) if e.code() == Some("InvalidCapacityReservationId.NotFound") => None,
@@ -301,12 +298,9 @@ pub struct Zones {
 /// The zones of the account and region of `client`.
 pub async fn zones_of(client: &Client) -> Result<Zones, PortError> {
     use aws_sdk_ec2::types::AvailabilityZoneOptInStatus as OptIn;
-    let out = client
-        .describe_availability_zones()
-        .all_availability_zones(true)
-        .send()
-        .await
-        .map_err(|e| call_error("ec2:DescribeAvailabilityZones", e))?;
+    let ask = client.describe_availability_zones();
+    let out = ask.all_availability_zones(true).send().await;
+    let out = out.map_err(|e| call_error("ec2:DescribeAvailabilityZones", e))?;
     let zones = out.availability_zones();
     let open =
         |z: &&aws_sdk_ec2::types::AvailabilityZone| z.opt_in_status() != Some(&OptIn::NotOptedIn);

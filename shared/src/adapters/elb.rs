@@ -69,10 +69,8 @@ pub struct ElbTargets {
     /// The target groups of (place, cluster) as known.
     groups: Arc<Mutex<HashMap<ClusterId, Known>>>,
     /// Each group's targets (by ARN), and when they were read.
-    targets: Arc<Mutex<Targets>>,
+    targets: Arc<Mutex<HashMap<String, (DateTime<Utc>, Vec<Target>)>>>,
 }
-
-type Targets = HashMap<String, (DateTime<Utc>, Vec<Target>)>;
 
 /// A cluster's target groups as known.
 #[derive(Clone, Debug, Default)]
@@ -176,17 +174,11 @@ impl ElbTargets {
     ) -> Result<(BTreeSet<String>, usize), PortError> {
         let cluster = key.name.as_str();
         let (mut found, mut calls) = (BTreeSet::new(), 0);
-        let filter = TagFilter::builder()
-            .key(CLUSTER_TAG)
-            .values(cluster)
-            .build();
-        let mut pages = (tags
-            .get_resources()
-            .resource_type_filters(TARGET_GROUP_TYPE))
-        .tag_filters(filter)
-        .resources_per_page(RESOURCES_PER_PAGE)
-        .into_paginator()
-        .send();
+        let filter = TagFilter::builder().key(CLUSTER_TAG).values(cluster);
+        let get = tags.get_resources().tag_filters(filter.build());
+        let get = get.resource_type_filters(TARGET_GROUP_TYPE);
+        let get = get.resources_per_page(RESOURCES_PER_PAGE);
+        let mut pages = get.into_paginator().send();
         while let Some(page) = pages.next().await {
             calls += 1;
             let page = page.map_err(|e| call_error("tag:GetResources", e))?;
@@ -211,9 +203,7 @@ impl ElbTargets {
     fn known<T>(&self, key: &ClusterId, change: impl FnOnce(&mut Known) -> T) -> T {
         change(lock(&self.groups).entry(key.clone()).or_default())
     }
-}
 
-impl ElbTargets {
     /// `group`'s doomed targets (of its targets read, or as read within [`TARGETS_FOR`])
     /// deregistered, [`DEREGISTER_CHUNK`] at most a call, each counted in `out` with the
     /// instance it is of; an error of [`FailureKind::NotFound`]: the group is gone.
@@ -314,9 +304,7 @@ impl LoadBalancers for ElbTargets {
         };
         let rounds = futures::stream::iter(groups).map(clear);
         rounds.buffer_unordered(ELB_RATE).collect::<()>().await;
-        let mut out = out
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = out.into_inner().unwrap_or_else(|p| p.into_inner());
         out.failed.sort();
         Ok(out)
     }

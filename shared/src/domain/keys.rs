@@ -108,12 +108,9 @@ impl KeyRing {
     /// newer key this ring was read before, or one too old).
     pub fn verify(&self, signed: Option<(KeyId, &str)>, data: &str) -> Result<(), Unverified> {
         let (id, mac) = signed.ok_or(Unverified::NotSigned)?;
-        self.get(id)
-            .ok_or(Unverified::UnknownKey {
-                id,
-                current: self.current.id,
-            })?
-            .verifies(data, mac)
+        let current = self.current.id;
+        let key = self.get(id).ok_or(Unverified::UnknownKey { id, current })?;
+        key.verifies(data, mac)
     }
 }
 

@@ -90,11 +90,8 @@ pub enum BadPoolKey {
 impl FromStr for PoolKey {
     type Err = BadPoolKey;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut parts = s.split('#');
-        match (parts.next(), parts.next(), parts.next(), parts.next()) {
-            (Some(ct), Some(it), Some(z), None) if !it.is_empty() && !z.is_empty() => {
-                Ok(PoolKey::new(ct.parse()?, it, z))
-            }
+        match s.split('#').collect::<Vec<_>>()[..] {
+            [ct, it, z] if !it.is_empty() && !z.is_empty() => Ok(PoolKey::new(ct.parse()?, it, z)),
             _ => Err(BadPoolKey::Shape(s.to_string())),
         }
     }
@@ -186,10 +183,8 @@ impl PoolRecord {
     /// only grow, so a delivery answers by being the latest word on the pool). Read from the
     /// latest event's reason, which begins with its kind.
     pub fn delivered_since(&self) -> bool {
-        self.last_reason
-            .split(' ')
-            .next()
-            .is_some_and(|kind| kind == EventKind::CapacityBlockDelivered.as_str())
+        let kind = self.last_reason.split(' ').next();
+        kind == Some(EventKind::CapacityBlockDelivered.as_str())
     }
 }
 

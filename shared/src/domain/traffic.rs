@@ -85,11 +85,8 @@ impl Doomed {
     /// instance and its addresses, so that an entry copied to another round, or given another
     /// address, does not verify.
     fn signing_input(&self, round: &str) -> String {
-        format!(
-            "forewarn-traffic-v1\n{round}\n{}\n{}",
-            self.instance_id,
-            self.addresses.join(",")
-        )
+        let (id, addresses) = (&self.instance_id, self.addresses.join(","));
+        format!("forewarn-traffic-v1\n{round}\n{id}\n{addresses}")
     }
 
     /// Signed for `round` by `key`.
@@ -367,19 +364,15 @@ pub struct Deregistered {
 impl Deregistered {
     /// What became of each of `doomed`'s targets in the round started `at`.
     pub fn outcomes(&self, doomed: &[Doomed], at: DateTime<Utc>) -> BTreeMap<String, Outcome> {
-        doomed
-            .iter()
-            .map(|d| {
-                let outcome = Outcome {
-                    at,
-                    pods: !d.addresses.is_empty(),
-                    groups: self.arns.len(),
-                    left: self.left.get(&d.instance_id).map_or(0, BTreeSet::len),
-                    failed: self.failed.clone(),
-                };
-                (d.instance_id.clone(), outcome)
-            })
-            .collect()
+        let outcome = |d: &Doomed| Outcome {
+            at,
+            pods: !d.addresses.is_empty(),
+            groups: self.arns.len(),
+            left: self.left.get(&d.instance_id).map_or(0, BTreeSet::len),
+            failed: self.failed.clone(),
+        };
+        let outcomes = doomed.iter().map(|d| (d.instance_id.clone(), outcome(d)));
+        outcomes.collect()
     }
 }
 

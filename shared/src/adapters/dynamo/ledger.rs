@@ -28,11 +28,9 @@ impl DynamoStore {
                     .consistent_read(true)
                     .build()
                     .map_err(self.invalid(what))?;
-                let read = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request);
-                let out = read.send().await.map_err(|e| self.sdk_err(what, e))?;
+                let read = self.client.batch_get_item();
+                let out = read.request_items(&self.table, request).send().await;
+                let out = out.map_err(|e| self.sdk_err(what, e))?;
                 found.extend(out.responses.and_then(|mut r| r.remove(&self.table)));
                 let unprocessed = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table));
                 left = unprocessed.map(|k| k.keys).unwrap_or_default();

@@ -122,17 +122,15 @@ impl SharedLists for DynamoStore {
         let pk = list_pk(key);
         let sks: Vec<String> = (from..from + PAGES_READ).map(|n| page_sk(at, n)).collect();
         let keys = sks.iter().map(|sk| item_key(&pk, sk)).collect();
-        let items = self
-            .batch_get(keys, &format!("reading the list of {pk}"))
-            .await?;
-        let mut found = std::collections::BTreeMap::new();
+        let what = format!("reading the list of {pk}");
+        let items = self.batch_get(keys, &what).await?;
+        let mut found = std::collections::HashMap::new();
         for item in &items {
             let sk = text(item, "sk").unwrap_or(&pk);
             let read: PageItem = from_item(sk, item)?;
-            found.extend(sks.iter().position(|s| s == sk).map(|n| (n, read.page)));
+            found.insert(sk.to_string(), read.page);
         }
         // In order, up to the first page not written yet.
-        let written = (0..).map_while(|n| found.remove(&n));
-        Ok(written.collect())
+        Ok(sks.iter().map_while(|sk| found.remove(sk)).collect())
     }
 }

@@ -70,14 +70,12 @@ impl DynamoStore {
             if rounds == before {
                 return Ok(answer);
             }
-            let pending =
-                json_set(&rounds.pending).map_err(self.invalid("encoding pending instances"))?;
+            // The pending instances in their set, out of the rest.
+            let pending = json_set(&std::mem::take(&mut rounds.pending))
+                .map_err(self.invalid("encoding pending instances"))?;
             let item = to_item(RoundsItem {
                 pending,
-                rounds: Some(Rounds {
-                    pending: Vec::new(),
-                    ..rounds
-                }),
+                rounds: Some(rounds),
                 version: version + 1,
                 expires_at: expires(now),
             });
