@@ -64,11 +64,7 @@ pub struct Followed {
 impl Followed {
     /// The share followed (0 without recommendations).
     pub fn share(&self) -> f64 {
-        if self.recommendations == 0 {
-            0.0
-        } else {
-            f64::from(self.followed) / f64::from(self.recommendations)
-        }
+        f64::from(self.followed) / f64::from(self.recommendations.max(1))
     }
 }
 
