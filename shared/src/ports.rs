@@ -230,19 +230,8 @@ impl FailureKind {
     /// were known — for an unknown failure; false for validation, forbidden, not found and
     /// conditional-check failures, which the same call meets again.
     pub fn retryable(self) -> bool {
-        match self {
-            FailureKind::Throttled
-            | FailureKind::Timeout
-            | FailureKind::Unavailable
-            | FailureKind::Connection
-            | FailureKind::Contention
-            | FailureKind::Unauthenticated
-            | FailureKind::Unknown => true,
-            FailureKind::Invalid
-            | FailureKind::Forbidden
-            | FailureKind::NotFound
-            | FailureKind::Conflict => false,
-        }
+        use FailureKind::*;
+        !matches!(self, Invalid | Forbidden | NotFound | Conflict)
     }
 
     /// The kind of an answer with this HTTP status (an error status; `Unknown` otherwise).

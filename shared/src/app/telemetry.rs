@@ -191,11 +191,9 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
                 json!({"Account": account}),
             );
         }
-        let marked = report
-            .pools
-            .iter()
-            .filter(|p| p.unavailable_until.is_some());
-        for pool in marked.filter(|_| matches!(report.outcome, Outcome::Acted | Outcome::Planned)) {
+        let marking = matches!(report.outcome, Outcome::Acted | Outcome::Planned);
+        let marked = (report.pools.iter()).filter(|p| marking && p.unavailable_until.is_some());
+        for pool in marked {
             emf.add(
                 &[POOL],
                 json!({"PoolsMarked": 1}),

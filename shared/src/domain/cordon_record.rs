@@ -200,9 +200,7 @@ impl CordonRecord {
 pub fn read_unverified(
     annotations: &BTreeMap<String, String>,
 ) -> Option<Result<CordonRecord, serde_json::Error>> {
-    annotations
-        .get(ANNOTATION_CORDON)
-        .map(|v| serde_json::from_str(v))
+    Some(serde_json::from_str(annotations.get(ANNOTATION_CORDON)?))
 }
 
 /// A cordon to undo: the node, the record it must still carry, and why.

@@ -31,6 +31,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::clusters::Place;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::{Event, EventKind};
+use crate::domain::facts::NodeFacts;
 use crate::domain::inbound::Record;
 use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::continuation::Tenant;
@@ -446,13 +447,11 @@ impl Pipeline<'_> {
 /// Answers the nodes whose record was removed, with why.
 pub async fn drop_unverified_records(
     store: &dyn PoolStore,
-    nodes: &mut [crate::domain::facts::NodeFacts],
+    nodes: &mut [NodeFacts],
 ) -> Vec<(String, String)> {
     use crate::domain::cordon_record::{ANNOTATION_CORDON, drop_unverified};
-    if !nodes
-        .iter()
-        .any(|n| n.annotations.contains_key(ANNOTATION_CORDON))
-    {
+    let carries = |n: &NodeFacts| n.annotations.contains_key(ANNOTATION_CORDON);
+    if !nodes.iter().any(carries) {
         return Vec::new();
     }
     let keys = store.continuation_keys().await;
@@ -469,7 +468,7 @@ pub async fn drop_unverified_records(
 /// What the batch's lookups found besides its instances: candidate nodes, event ids applied
 /// before, the pools `adaptive` follows.
 type LookedUp = (
-    Vec<crate::domain::facts::NodeFacts>,
+    Vec<NodeFacts>,
     HashSet<String>,
     BTreeMap<PoolKey, crate::domain::policy::Followed>,
 );

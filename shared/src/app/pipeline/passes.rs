@@ -316,11 +316,8 @@ impl Pipeline<'_> {
     /// record's queue, when the run has a [`ContinuationQueue`] and acts on the cluster; `None`:
     /// in process.
     pub(super) fn queue_for<'r>(&self, record: &'r Record) -> Option<Queued<'_, 'r>> {
-        let queue = self
-            .passes
-            .queue
-            .as_deref()
-            .filter(|_| self.mode.writes_cluster())?;
+        let writes = self.mode.writes_cluster();
+        let queue = self.passes.queue.as_deref().filter(|_| writes)?;
         Some(Queued {
             queue,
             arn: record.queue_arn.as_deref()?,
@@ -441,10 +438,7 @@ pub(super) fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
 
 /// The executor's refusals among `results` (its live verification), as one reason.
 pub(super) fn refusals(results: &[ActionResult]) -> Option<String> {
-    let whys: Vec<&str> = results
-        .iter()
-        .filter_map(|r| r.refused.as_deref())
-        .collect();
+    let whys = Vec::from_iter(results.iter().filter_map(|r| r.refused.as_deref()));
     (!whys.is_empty()).then(|| format!("refused: {}", whys.join("; ")))
 }
 
@@ -461,10 +455,8 @@ pub(super) enum NotTheEvents {
 /// `<id>#<cluster>`: see `crate::app::fleet::split`), and no instance the event does not name;
 /// else why not.
 pub(super) fn plan_is_the_events(plan: &Plan, event: &Event) -> Result<(), NotTheEvents> {
-    let part = plan
-        .event_id
-        .strip_prefix(event.id.as_str())
-        .is_some_and(|rest| rest.starts_with('#'));
+    let rest = plan.event_id.strip_prefix(event.id.as_str());
+    let part = rest.is_some_and(|rest| rest.starts_with('#'));
     if plan.event_id != event.id && !part {
         return Err(NotTheEvents::OtherEvent {
             plan: plan.event_id.clone(),

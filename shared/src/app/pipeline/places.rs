@@ -114,11 +114,9 @@ pub async fn describe_events(
         let answer = instances.describe(&place, &ids).await;
         (place, answer)
     });
+    let found = known.iter().map(|((_, id), f)| (id.clone(), f.clone()));
     let mut described = Described {
-        found: known
-            .iter()
-            .map(|((_, id), f)| (id.clone(), f.clone()))
-            .collect(),
+        found: found.collect(),
         ..Described::default()
     };
     for (place, answer) in futures::future::join_all(lookups).await {

@@ -64,11 +64,7 @@ pub struct Followed {
 impl Followed {
     /// The share followed (0 without recommendations).
     pub fn share(&self) -> f64 {
-        if self.recommendations == 0 {
-            0.0
-        } else {
-            f64::from(self.followed) / f64::from(self.recommendations)
-        }
+        f64::from(self.followed) / f64::from(self.recommendations.max(1))
     }
 }
 
@@ -86,14 +82,10 @@ impl Adaptive {
         pool: Option<&PoolKey>,
         counts: &BTreeMap<PoolKey, Followed>,
     ) -> (PolicyAction, String) {
+        let otherwise = self.otherwise;
         let Some(pool) = pool else {
-            return (
-                self.otherwise,
-                format!(
-                    "adaptive: the instance's pool is not known: {}",
-                    self.otherwise
-                ),
-            );
+            let why = format!("adaptive: the instance's pool is not known: {otherwise}");
+            return (otherwise, why);
         };
         let f = counts.get(pool).copied().unwrap_or_default();
         let percent = |x: f64| format!("{:.0} %", x * 100.0);
@@ -106,14 +98,13 @@ impl Adaptive {
             short(self.window),
             percent(f.share())
         );
-        let (action, why) = if f.recommendations < self.min_samples {
-            let why = format!("fewer than {} samples", self.min_samples);
-            (self.otherwise, why)
+        let (min, threshold) = (self.min_samples, percent(self.threshold));
+        let (action, why) = if f.recommendations < min {
+            (otherwise, format!("fewer than {min} samples"))
         } else if f.share() >= self.threshold {
-            let why = format!("at least {}", percent(self.threshold));
-            (PolicyAction::CordonDrain, why)
+            (PolicyAction::CordonDrain, format!("at least {threshold}"))
         } else {
-            (self.otherwise, format!("below {}", percent(self.threshold)))
+            (otherwise, format!("below {threshold}"))
         };
         (action, format!("adaptive: {seen}, {why}: {action}"))
     }
