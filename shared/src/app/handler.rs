@@ -167,12 +167,13 @@ impl Handler {
         let parted = &parted;
         let runs = shares.into_iter().map(|(to, share)| async move {
             // A cluster's share is triaged (what it does not take on sent back, see `triage`).
-            let (cluster, id) = match &to {
-                Destination::Cluster(id) => (id.as_ref().map(ToString::to_string), id.as_ref()),
-                _ => (None, None),
+            let (Destination::Cluster(id), Some((takes, queue))) =
+                (&to, self.takes_per_cluster.zip(queue))
+            else {
+                let ran = self.run_share(to, share, described, work).await;
+                return (ran, Default::default());
             };
-            let takes = self.takes_per_cluster.zip(queue);
-            let takes = takes.filter(|_| matches!(to, Destination::Cluster(_)));
+            let cluster = id.as_ref().map(ToString::to_string);
             let now = self.clock.now();
             let busy = |why| {
                 cluster
@@ -181,45 +182,30 @@ impl Handler {
             };
             // Busy with a burst, it keeps what its rate limit lets out at once (see
             // `triage::keeps`).
-            let keeps = match id.filter(|_| busy(Busy::Burst)) {
+            let keeps = match id.as_ref().filter(|_| busy(Busy::Burst)) {
                 Some(id) => {
                     let cluster = self.fleet.cluster(Some(id)).await.ok();
-                    let executor = cluster.as_ref().and_then(|c| c.executor.as_ref());
-                    Some(triage::keeps(executor.and_then(|e| e.free_requests())))
+                    let free = cluster.and_then(|c| c.executor.as_ref()?.free_requests());
+                    Some(triage::keeps(free))
                 }
                 None => None,
             };
-            let backlog = busy(Busy::Backlog).then_some(now);
+            let turn = triage::Turn {
+                takes,
+                keeps,
+                backlog: busy(Busy::Backlog).then_some(now),
+            };
             let own = triage::new_warnings(&share);
             let burst = own > 1 && own == new_warnings;
             let triaged = share.records.iter().any(|r| r.triaged);
-            let turn = takes.map(|(takes, queue)| {
-                let turn = triage::Turn {
-                    takes,
-                    keeps,
-                    backlog,
-                };
-                (turn, queue)
-            });
-            let (share, later) = match &turn {
-                Some((turn, _)) => triage::triage(share, turn, parted),
-                None => (share, Share::default()),
-            };
+            let (share, later) = triage::triage(share, &turn, parted);
             let share = self.run_share(to.clone(), share, described, work);
-            let sent_back = async {
-                match &turn {
-                    Some((turn, queue)) => {
-                        let to = (&to, self.passes.tenant);
-                        triage::requeue(*queue, to, later, turn).await
-                    }
-                    None => (later, Vec::new()),
-                }
-            };
+            let sent_back = triage::requeue(queue, (&to, self.passes.tenant), later, &turn);
             let ran = futures::future::join(share, sent_back).await;
             // What makes the cluster busy here: a burst of its new warnings (the queue's head
             // was its alone); a share of its triaged warnings (more are queued), until a share
             // without any (the head of its group is past them).
-            if let Some(cluster) = cluster.filter(|_| turn.is_some()) {
+            if let Some(cluster) = cluster {
                 let now = self.clock.now();
                 if burst {
                     self.fleet.mark(&cluster, Busy::Burst, now, true);
