@@ -175,11 +175,7 @@ impl Handler {
             };
             let cluster = id.as_ref().map(ToString::to_string);
             let now = self.clock.now();
-            let busy = |why| {
-                cluster
-                    .as_deref()
-                    .is_some_and(|n| self.fleet.busy(n, why, now))
-            };
+            let busy = |why| matches!(&cluster, Some(n) if self.fleet.busy(n, why, now));
             // Busy with a burst, it keeps what its rate limit lets out at once (see
             // `triage::keeps`).
             let keeps = match id.as_ref().filter(|_| busy(Busy::Burst)) {
@@ -200,7 +196,8 @@ impl Handler {
             let triaged = share.records.iter().any(|r| r.triaged);
             let (share, later) = triage::triage(share, &turn, parted);
             let share = self.run_share(to.clone(), share, described, work);
-            let sent_back = triage::requeue(queue, (&to, self.passes.tenant), later, &turn);
+            let from = (cluster.as_deref(), self.passes.tenant);
+            let sent_back = triage::requeue(queue, from, later, &turn);
             let ran = futures::future::join(share, sent_back).await;
             // What makes the cluster busy here: a burst of its new warnings (the queue's head
             // was its alone); a share of its triaged warnings (more are queued), until a share
@@ -557,10 +554,7 @@ impl Handler {
         let reports = self.run(&records, deadline).await;
         self.tell(&reports, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
-            let origin = failed
-                .event_id
-                .clone()
-                .unwrap_or_else(|| failed.origin.clone());
+            let origin = failed.event_id.as_ref().unwrap_or(&failed.origin).clone();
             let reason = failed.reason.clone().unwrap_or_default();
             return Err(HandlerError::EventFailed { origin, reason });
         }
