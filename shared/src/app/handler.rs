@@ -159,9 +159,8 @@ impl Handler {
             Destination::Cluster(Some(id)) => vec![id.clone(); triage::new_warnings(share)],
             _ => Vec::new(),
         });
-        let (instances, clock) = (self.instances.clone(), self.clock.clone());
-        let lists = (instances, Some(self.store.clone()));
-        if let Some(lists) = self.fleet.know(read.collect(), lists, clock) {
+        let lists = (self.instances.clone(), Some(self.store.clone()));
+        if let Some(lists) = self.fleet.know(read.collect(), lists, self.clock.clone()) {
             tokio::spawn(lists);
         }
         let parted = &parted;
@@ -178,13 +177,12 @@ impl Handler {
             let busy = |why| matches!(&cluster, Some(n) if self.fleet.busy(n, why, now));
             // Busy with a burst, it keeps what its rate limit lets out at once (see
             // `triage::keeps`).
-            let keeps = match id.as_ref().filter(|_| busy(Busy::Burst)) {
-                Some(id) => {
-                    let cluster = self.fleet.cluster(Some(id)).await.ok();
-                    let free = cluster.and_then(|c| c.executor.as_ref()?.free_requests());
-                    Some(triage::keeps(free))
-                }
-                None => None,
+            let keeps = if busy(Busy::Burst) {
+                let cluster = self.fleet.cluster(id.as_ref()).await.ok();
+                let free = cluster.and_then(|c| c.executor.as_ref()?.free_requests());
+                Some(triage::keeps(free))
+            } else {
+                None
             };
             let turn = triage::Turn {
                 takes,
@@ -246,12 +244,11 @@ impl Handler {
         };
         let reports = pipeline.process(records).await;
         if let Destination::Cluster(Some(id)) = &to {
-            let failed_whole = !reports.is_empty()
-                && reports
-                    .iter()
-                    .all(|r| r.outcome == Outcome::Failed && !r.permanent);
+            let failed = |r: &Report| r.outcome == Outcome::Failed && !r.permanent;
+            let failed_whole = !reports.is_empty() && reports.iter().all(failed);
+            let now = self.clock.now();
             self.fleet
-                .record_outcome(&id.to_string(), failed_whole, self.clock.now());
+                .record_outcome(&id.to_string(), failed_whole, now);
         }
         (share, reports)
     }
@@ -294,10 +291,8 @@ impl Handler {
         // cluster's outage may hold it up (see `Fleet::backing_off`). The event source
         // mapping's pollers are every cluster's, and a fair queue fills a batch with one
         // cluster's retried records while another's drains wait.
-        let clusters = shares
-            .keys()
-            .filter(|to| matches!(to, Destination::Cluster(_)));
-        work.fail_fast = clusters.count() > 1 || served.len() > 1;
+        let cluster = |to: &&Destination| matches!(to, Destination::Cluster(_));
+        work.fail_fast = shares.keys().filter(cluster).count() > 1 || served.len() > 1;
         (shares, described, work)
     }
 
@@ -377,10 +372,8 @@ impl Handler {
         batch: &[SqsMessage],
         deadline: Option<DateTime<Utc>>,
     ) -> Result<Invocation, HandlerError> {
-        if let Some(index) = batch
-            .iter()
-            .position(|m| m.message_id.as_deref().is_none_or(str::is_empty))
-        {
+        let unnamed = |m: &SqsMessage| m.message_id.as_deref().is_none_or(str::is_empty);
+        if let Some(index) = batch.iter().position(unnamed) {
             return Err(HandlerError::NoMessageId { index });
         }
         let now = self.clock.now();

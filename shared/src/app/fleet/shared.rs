@@ -136,10 +136,9 @@ fn seal(
     (id, at): (&ClusterId, DateTime<Utc>),
     (n, last, facts): (usize, bool, Vec<InstanceFacts>),
 ) -> String {
-    let (cluster, at) = (id.to_string(), at.timestamp_millis());
     let page = Page {
-        cluster,
-        at,
+        cluster: id.to_string(),
+        at: at.timestamp_millis(),
         n,
         last,
         facts,

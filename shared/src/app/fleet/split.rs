@@ -121,17 +121,13 @@ pub fn join(records: &[Record], shares: Vec<(Share, Vec<Report>)>) -> Vec<Report
             }
         }
     }
-    records
-        .iter()
-        .zip(parts)
-        .map(|(record, parts)| join_parts(record, parts))
-        .collect()
+    records.iter().zip(parts).map(join_parts).collect()
 }
 
 /// The report of `record` from its parts' reports: one part, as it is; several, their pools
 /// and actions together, the worst outcome (failed, then acted, planned, duplicate, ignored),
 /// each part's reason under its cluster.
-pub fn join_parts(record: &Record, mut parts: Vec<Report>) -> Report {
+fn join_parts((record, mut parts): (&Record, Vec<Report>)) -> Report {
     if parts.len() <= 1 {
         return parts.pop().unwrap_or_else(|| {
             Report::new(record).failed("internal: record not processed".into())
@@ -140,25 +136,20 @@ pub fn join_parts(record: &Record, mut parts: Vec<Report>) -> Report {
     let mut joined = Report::new(record);
     joined.outcome = parts.iter().map(|p| p.outcome).max().unwrap_or_default();
     joined.summary = parts[0].summary.clone();
-    joined.permanent = parts
-        .iter()
-        .filter(|p| p.outcome == Outcome::Failed)
-        .all(|p| p.permanent);
-    let reasons: Vec<String> = parts
-        .iter()
-        .filter_map(|p| {
-            let reason = p.reason.as_deref()?;
-            Some(match &p.cluster {
-                Some(cluster) => format!("cluster {cluster}: {reason}"),
-                None => reason.to_string(),
-            })
-        })
-        .collect();
-    joined.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+    let mut failed = parts.iter().filter(|p| p.outcome == Outcome::Failed);
+    joined.permanent = failed.all(|p| p.permanent);
+    let mut reasons = Vec::new();
     for part in parts {
+        if let Some(reason) = &part.reason {
+            reasons.push(match &part.cluster {
+                Some(cluster) => format!("cluster {cluster}: {reason}"),
+                None => reason.clone(),
+            });
+        }
         joined.pools.extend(part.pools);
         joined.actions.extend(part.actions);
     }
+    joined.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
     joined
 }
 

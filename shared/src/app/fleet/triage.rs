@@ -156,10 +156,11 @@ pub fn triage(share: Share, turn: &Turn, parted: &BTreeSet<usize>) -> (Share, Sh
 }
 
 /// Sends each record of `later` (what [`triage`] left for later of a cluster's share, of
-/// `cluster` (`None`: the one cluster of a deployment that names none), by `turn`) back to the queue it came from, at once (ten at a time), in the message
-/// group of the cluster's continuations (`tenant`'s: the cluster's, or in an organization its
-/// account's, so that the account's cordons keep coming before its drains): a continuation as
-/// it came, a warning as triaged. Each is reported requeued once sent, saying why (its message
+/// `cluster` (`None`: the one cluster of a deployment that names none), by `turn`) back to the
+/// queue it came from, at once (ten at a time), in the message group of the cluster's
+/// continuations (`tenant`'s: the cluster's, or in an organization its account's, so that the
+/// account's cordons keep coming before its drains): a continuation as it came, a warning as
+/// triaged. Each is reported requeued once sent, saying why (its message
 /// is then deleted), failed (retryable: the message comes back) when not.
 pub async fn requeue(
     queue: &dyn ContinuationQueue,
@@ -408,8 +409,8 @@ mod tests {
         let prod = "123456789012/us-east-1/prod";
         for (tenant, group) in [(Tenant::Cluster, prod), (Tenant::Account, "123456789012")] {
             let queue = RecordingQueue::default();
-            let (_, reports) =
-                requeue(&queue, (Some(prod), tenant), later.clone(), &turn(11, Some(0))).await;
+            let from = (Some(prod), tenant);
+            let (_, reports) = requeue(&queue, from, later.clone(), &turn(11, Some(0))).await;
             assert!(
                 reports.iter().all(|r| r.outcome == Outcome::Requeued),
                 "{reports:#?}"
