@@ -287,12 +287,12 @@ impl Handler {
             }
         };
         let shares = split::split(records, &described, (&served, self.fleet.own()));
-        // A batch spanning several clusters, or any batch of a deployment serving several: no
-        // cluster's outage may hold it up (see `Fleet::backing_off`). The event source
-        // mapping's pollers are every cluster's, and a fair queue fills a batch with one
-        // cluster's retried records while another's drains wait.
-        let cluster = |to: &&Destination| matches!(to, Destination::Cluster(_));
-        work.fail_fast = shares.keys().filter(cluster).count() > 1 || served.len() > 1;
+        // Any batch of a deployment serving several clusters (a batch spanning several is one:
+        // every cluster share is a served cluster's): no cluster's outage may hold it up (see
+        // `Fleet::backing_off`). The event source mapping's pollers are every cluster's, and a
+        // fair queue fills a batch with one cluster's retried records while another's drains
+        // wait.
+        work.fail_fast = served.len() > 1;
         (shares, described, work)
     }
 

@@ -66,11 +66,9 @@ pub(super) async fn list(
         Ok((keys, Some(at))) => read(lists, &keys, (id, at), clock, found).await,
         Err(e) => Err(e),
     };
-    if let Err(e) = shared {
-        tracing::warn!(cluster = %id, error = %e, "a cluster's list could not be shared, or not all read: listed here");
-        return alone().await;
-    }
-    Ok(())
+    let Err(e) = shared else { return Ok(()) };
+    tracing::warn!(cluster = %id, error = %e, "a cluster's list could not be shared, or not all read: listed here");
+    alone().await
 }
 
 /// Lists `id` from `instances` (each page to `found`), sharing it as claimed `at`: each page

@@ -64,9 +64,8 @@ fn destinations(
     };
     if let Some(c) = &record.continuation {
         let named = c.plan.cluster.as_deref().map(ClusterId::parse);
-        let found = named
-            .and_then(Result::ok)
-            .and_then(|id| served.iter().find(|s| **s == id.or(own)));
+        let id = named.and_then(Result::ok);
+        let found = id.and_then(|id| served.iter().find(|s| **s == id.or(own)));
         return whole(match found {
             _ if served.is_empty() => Destination::Cluster(None),
             Some(id) => Destination::Cluster(Some(id.clone())),
