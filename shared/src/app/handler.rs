@@ -246,9 +246,8 @@ impl Handler {
         if let Destination::Cluster(Some(id)) = &to {
             let failed = |r: &Report| r.outcome == Outcome::Failed && !r.permanent;
             let failed_whole = !reports.is_empty() && reports.iter().all(failed);
-            let now = self.clock.now();
-            self.fleet
-                .record_outcome(&id.to_string(), failed_whole, now);
+            let (name, now) = (id.to_string(), self.clock.now());
+            self.fleet.record_outcome(&name, failed_whole, now);
         }
         (share, reports)
     }
