@@ -241,10 +241,9 @@ async fn fan_out(
     ) else {
         return Ok(None);
     };
-    let whole = matches!(event.detail, Detail::CapacityBlock { part: false, .. });
     if record.continuation.is_some()
         || event.kind != EventKind::CapacityBlockExpiration
-        || !whole
+        || !matches!(event.detail, Detail::CapacityBlock { part: false, .. })
         || event.instance_ids.len() <= OWN_SHARE
     {
         return Ok(None);

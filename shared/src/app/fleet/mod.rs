@@ -383,11 +383,8 @@ impl Fleet {
         window.retain(|(at, _)| now - *at < MASS_WINDOW);
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         known.retain(|_, (at, _)| now - *at < KNOWN_FOR);
-        let unlisted = window
-            .iter()
-            .map(|(_, id)| id)
-            .filter(|id| !known.contains_key(*id));
-        let ids: BTreeSet<ClusterId> = unlisted.cloned().collect();
+        let mut ids: BTreeSet<ClusterId> = window.iter().map(|(_, id)| id.clone()).collect();
+        ids.retain(|id| !known.contains_key(id));
         if window.len() < MASS || ids.is_empty() {
             return None;
         }
@@ -410,9 +407,7 @@ impl Fleet {
                 // Each page answers lookups as it comes.
                 let found = |page: BTreeMap<_, _>| {
                     let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some((_, facts)) = known.get_mut(id) {
-                        facts.extend(page);
-                    }
+                    known.entry(id.clone()).and_modify(|(_, facts)| facts.extend(page));
                 };
                 let list = shared::list(store, instances, (id, at_once, lease), clock, &found);
                 if let Err(e) = list.await {
@@ -439,11 +434,10 @@ impl Fleet {
             .flat_map(|e| (e.instance_ids.iter()).map(|i| (Place::of_event(e), i.clone())));
         wanted
             .filter_map(|(place, i)| {
-                let mut here = lists
-                    .iter()
-                    .filter(|(id, _)| id.place.holds(&place, &self.own));
-                let facts = here.find_map(|(_, (_, facts))| facts.get(&i))?.clone();
-                Some(((place, i), facts))
+                let facts = lists.iter().find_map(|(id, (_, facts))| {
+                    facts.get(&i).filter(|_| id.place.holds(&place, &self.own))
+                })?;
+                Some(((place, i), facts.clone()))
             })
             .collect()
     }
