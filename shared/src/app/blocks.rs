@@ -109,24 +109,23 @@ pub async fn expand(
         let (report, why) = match &found[&key] {
             Ok(block) => {
                 let event = record.event.as_ref().ok();
-                let Some(why) = event.and_then(|e| refusal(e, block, now)) else {
+                if let Some(why) = event.and_then(|e| refusal(e, block, now)) {
+                    tracing::warn!(origin = %record.origin, %why, "refusing a Capacity Block's event");
+                    let refused = format!("refused: {why}");
+                    let outcome = crate::domain::report::Outcome::Ignored;
+                    (Report::new(record).ended(outcome, refused), why)
+                } else {
                     if let Ok(event) = record.event.as_mut() {
                         name_instances(event, block);
                     }
                     match fan_out(queue, record).await {
-                        Ok(note) => out.notes.extend(note.map(|note| (i, note))),
-                        Err(why) => {
-                            out.failed
-                                .push((i, Report::new(record).failed(why.clone())));
-                            set_aside(record, why);
+                        Ok(note) => {
+                            out.notes.extend(note.map(|note| (i, note)));
+                            continue;
                         }
+                        Err(why) => (Report::new(record).failed(why.clone()), why),
                     }
-                    continue;
-                };
-                tracing::warn!(origin = %record.origin, %why, "refusing a Capacity Block's event");
-                let refused = format!("refused: {why}");
-                let outcome = crate::domain::report::Outcome::Ignored;
-                (Report::new(record).ended(outcome, refused), why)
+                }
             }
             Err(e) => (
                 place_report(e, record),
@@ -242,10 +241,9 @@ async fn fan_out(
     ) else {
         return Ok(None);
     };
-    let whole = matches!(event.detail, Detail::CapacityBlock { part: false, .. });
     if record.continuation.is_some()
         || event.kind != EventKind::CapacityBlockExpiration
-        || !whole
+        || !matches!(event.detail, Detail::CapacityBlock { part: false, .. })
         || event.instance_ids.len() <= OWN_SHARE
     {
         return Ok(None);

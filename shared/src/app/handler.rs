@@ -159,67 +159,48 @@ impl Handler {
             Destination::Cluster(Some(id)) => vec![id.clone(); triage::new_warnings(share)],
             _ => Vec::new(),
         });
-        let (instances, clock) = (self.instances.clone(), self.clock.clone());
-        let lists = (instances, Some(self.store.clone()));
-        if let Some(lists) = self.fleet.know(read.collect(), lists, clock) {
+        let lists = (self.instances.clone(), Some(self.store.clone()));
+        if let Some(lists) = self.fleet.know(read.collect(), lists, self.clock.clone()) {
             tokio::spawn(lists);
         }
         let parted = &parted;
         let runs = shares.into_iter().map(|(to, share)| async move {
             // A cluster's share is triaged (what it does not take on sent back, see `triage`).
-            let (cluster, id) = match &to {
-                Destination::Cluster(id) => (id.as_ref().map(ToString::to_string), id.as_ref()),
-                _ => (None, None),
+            let (Destination::Cluster(id), Some((takes, queue))) =
+                (&to, self.takes_per_cluster.zip(queue))
+            else {
+                let ran = self.run_share(to, share, described, work).await;
+                return (ran, Default::default());
             };
-            let takes = self.takes_per_cluster.zip(queue);
-            let takes = takes.filter(|_| matches!(to, Destination::Cluster(_)));
+            let cluster = id.as_ref().map(ToString::to_string);
             let now = self.clock.now();
-            let busy = |why| {
-                cluster
-                    .as_deref()
-                    .is_some_and(|n| self.fleet.busy(n, why, now))
-            };
+            let busy = |why| matches!(&cluster, Some(n) if self.fleet.busy(n, why, now));
             // Busy with a burst, it keeps what its rate limit lets out at once (see
             // `triage::keeps`).
-            let keeps = match id.filter(|_| busy(Busy::Burst)) {
-                Some(id) => {
-                    let cluster = self.fleet.cluster(Some(id)).await.ok();
-                    let executor = cluster.as_ref().and_then(|c| c.executor.as_ref());
-                    Some(triage::keeps(executor.and_then(|e| e.free_requests())))
-                }
-                None => None,
+            let keeps = if busy(Busy::Burst) {
+                let cluster = self.fleet.cluster(id.as_ref()).await.ok();
+                let free = cluster.and_then(|c| c.executor.as_ref()?.free_requests());
+                Some(triage::keeps(free))
+            } else {
+                None
             };
-            let backlog = busy(Busy::Backlog).then_some(now);
+            let turn = triage::Turn {
+                takes,
+                keeps,
+                backlog: busy(Busy::Backlog).then_some(now),
+            };
             let own = triage::new_warnings(&share);
             let burst = own > 1 && own == new_warnings;
             let triaged = share.records.iter().any(|r| r.triaged);
-            let turn = takes.map(|(takes, queue)| {
-                let turn = triage::Turn {
-                    takes,
-                    keeps,
-                    backlog,
-                };
-                (turn, queue)
-            });
-            let (share, later) = match &turn {
-                Some((turn, _)) => triage::triage(share, turn, parted),
-                None => (share, Share::default()),
-            };
+            let (share, later) = triage::triage(share, &turn, parted);
             let share = self.run_share(to.clone(), share, described, work);
-            let sent_back = async {
-                match &turn {
-                    Some((turn, queue)) => {
-                        let to = (&to, self.passes.tenant);
-                        triage::requeue(*queue, to, later, turn).await
-                    }
-                    None => (later, Vec::new()),
-                }
-            };
+            let from = (cluster.as_deref(), self.passes.tenant);
+            let sent_back = triage::requeue(queue, from, later, &turn);
             let ran = futures::future::join(share, sent_back).await;
             // What makes the cluster busy here: a burst of its new warnings (the queue's head
             // was its alone); a share of its triaged warnings (more are queued), until a share
             // without any (the head of its group is past them).
-            if let Some(cluster) = cluster.filter(|_| turn.is_some()) {
+            if let Some(cluster) = cluster {
                 let now = self.clock.now();
                 if burst {
                     self.fleet.mark(&cluster, Busy::Burst, now, true);
@@ -263,12 +244,10 @@ impl Handler {
         };
         let reports = pipeline.process(records).await;
         if let Destination::Cluster(Some(id)) = &to {
-            let failed_whole = !reports.is_empty()
-                && reports
-                    .iter()
-                    .all(|r| r.outcome == Outcome::Failed && !r.permanent);
-            self.fleet
-                .record_outcome(&id.to_string(), failed_whole, self.clock.now());
+            let failed = |r: &Report| r.outcome == Outcome::Failed && !r.permanent;
+            let failed_whole = !reports.is_empty() && reports.iter().all(failed);
+            let (name, now) = (id.to_string(), self.clock.now());
+            self.fleet.record_outcome(&name, failed_whole, now);
         }
         (share, reports)
     }
@@ -307,14 +286,12 @@ impl Handler {
             }
         };
         let shares = split::split(records, &described, (&served, self.fleet.own()));
-        // A batch spanning several clusters, or any batch of a deployment serving several: no
-        // cluster's outage may hold it up (see `Fleet::backing_off`). The event source
-        // mapping's pollers are every cluster's, and a fair queue fills a batch with one
-        // cluster's retried records while another's drains wait.
-        let clusters = shares
-            .keys()
-            .filter(|to| matches!(to, Destination::Cluster(_)));
-        work.fail_fast = clusters.count() > 1 || served.len() > 1;
+        // Any batch of a deployment serving several clusters (a batch spanning several is one:
+        // every cluster share is a served cluster's): no cluster's outage may hold it up (see
+        // `Fleet::backing_off`). The event source mapping's pollers are every cluster's, and a
+        // fair queue fills a batch with one cluster's retried records while another's drains
+        // wait.
+        work.fail_fast = served.len() > 1;
         (shares, described, work)
     }
 
@@ -394,10 +371,8 @@ impl Handler {
         batch: &[SqsMessage],
         deadline: Option<DateTime<Utc>>,
     ) -> Result<Invocation, HandlerError> {
-        if let Some(index) = batch
-            .iter()
-            .position(|m| m.message_id.as_deref().is_none_or(str::is_empty))
-        {
+        let unnamed = |m: &SqsMessage| m.message_id.as_deref().is_none_or(str::is_empty);
+        if let Some(index) = batch.iter().position(unnamed) {
             return Err(HandlerError::NoMessageId { index });
         }
         let now = self.clock.now();
@@ -571,10 +546,7 @@ impl Handler {
         let reports = self.run(&records, deadline).await;
         self.tell(&reports, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
-            let origin = failed
-                .event_id
-                .clone()
-                .unwrap_or_else(|| failed.origin.clone());
+            let origin = failed.event_id.as_ref().unwrap_or(&failed.origin).clone();
             let reason = failed.reason.clone().unwrap_or_default();
             return Err(HandlerError::EventFailed { origin, reason });
         }

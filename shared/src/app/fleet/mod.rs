@@ -174,7 +174,7 @@ async fn list(
     let places: BTreeSet<Place> = places.iter().map(|p| p.or(own)).collect();
     let lists = futures::future::join_all(places.iter().map(|p| catalog.clusters(p))).await;
     let answered = lists.iter().any(Result::is_ok);
-    let mut ids: Vec<ClusterId> = also.iter().map(|id| id.or(own)).collect();
+    let mut ids: BTreeSet<ClusterId> = also.iter().map(|id| id.or(own)).collect();
     let mut failed = None;
     for (place, names) in places.iter().zip(lists) {
         match names {
@@ -190,9 +190,7 @@ async fn list(
     if let Some(e) = failed.filter(|_| !answered && last.is_none()) {
         return Err(e);
     }
-    ids.sort();
-    ids.dedup();
-    Ok(ids)
+    Ok(ids.into_iter().collect())
 }
 
 impl Fleet {
@@ -385,16 +383,11 @@ impl Fleet {
         window.retain(|(at, _)| now - *at < MASS_WINDOW);
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         known.retain(|_, (at, _)| now - *at < KNOWN_FOR);
-        let unlisted = window
-            .iter()
-            .map(|(_, id)| id)
-            .filter(|id| !known.contains_key(*id));
-        let mut ids: Vec<ClusterId> = unlisted.cloned().collect();
+        let mut ids: BTreeSet<ClusterId> = window.iter().map(|(_, id)| id.clone()).collect();
+        ids.retain(|id| !known.contains_key(id));
         if window.len() < MASS || ids.is_empty() {
             return None;
         }
-        ids.sort();
-        ids.dedup();
         // A call each for the clusters not a mass by themselves; the rest of LIST_CALLS shared.
         let masses = |id: &ClusterId| window.iter().filter(|(_, w)| w == id).count() >= MASS;
         let others = ids.iter().filter(|id| !masses(id)).count();
@@ -404,31 +397,24 @@ impl Fleet {
             .map(|id| if masses(id) { spare.max(1) } else { 1 })
             .collect();
         // Marked listed: a list under way or failed is not tried again for a while.
-        for id in &ids {
-            known.insert(id.clone(), (now, BTreeMap::new()));
-        }
-        let (known, lister) = (self.known.clone(), clock.clone());
+        known.extend(ids.iter().map(|id| (id.clone(), (now, BTreeMap::new()))));
+        let known = self.known.clone();
         let lease = KNOWN_FOR.to_std().unwrap_or_default();
-        let lists = async move {
+        Some(async move {
             let (known, instances) = (&known, instances.as_ref());
-            let (store, lister) = (store.as_deref(), lister.as_ref());
+            let (store, clock) = (store.as_deref(), clock.as_ref());
             let lists = ids.iter().zip(at_once).map(|(id, at_once)| async move {
                 // Each page answers lookups as it comes.
                 let found = |page: BTreeMap<_, _>| {
                     let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some((_, facts)) = known.get_mut(id) {
-                        facts.extend(page);
-                    }
+                    known.entry(id.clone()).and_modify(|(_, facts)| facts.extend(page));
                 };
-                let list = shared::list(store, instances, (id, at_once, lease), lister, &found);
+                let list = shared::list(store, instances, (id, at_once, lease), clock, &found);
                 if let Err(e) = list.await {
                     tracing::warn!(cluster = %id, error = %e, "a cluster's instances could not all be listed: the others are looked up")
                 }
             });
-            futures::future::join_all(lists).await;
-        };
-        Some(async move {
-            until(clock.as_ref(), now + KNOWN_FOR, lists).await;
+            until(clock, now + KNOWN_FOR, futures::future::join_all(lists)).await;
         })
     }
 
@@ -448,11 +434,10 @@ impl Fleet {
             .flat_map(|e| (e.instance_ids.iter()).map(|i| (Place::of_event(e), i.clone())));
         wanted
             .filter_map(|(place, i)| {
-                let mut here = lists
-                    .iter()
-                    .filter(|(id, _)| id.place.holds(&place, &self.own));
-                let facts = here.find_map(|(_, (_, facts))| facts.get(&i))?.clone();
-                Some(((place, i), facts))
+                let facts = lists.iter().find_map(|(id, (_, facts))| {
+                    facts.get(&i).filter(|_| id.place.holds(&place, &self.own))
+                })?;
+                Some(((place, i), facts.clone()))
             })
             .collect()
     }

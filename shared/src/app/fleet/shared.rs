@@ -56,10 +56,8 @@ pub(super) async fn list(
     let now = clock.now();
     let now = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
     let claimed = async {
-        Ok((
-            store.continuation_keys().await?,
-            lists.claim_list(id, now, lease).await?,
-        ))
+        let keys = store.continuation_keys().await?;
+        Ok((keys, lists.claim_list(id, now, lease).await?))
     };
     let shared = match claimed.await {
         Ok((keys, None)) => {
@@ -68,11 +66,9 @@ pub(super) async fn list(
         Ok((keys, Some(at))) => read(lists, &keys, (id, at), clock, found).await,
         Err(e) => Err(e),
     };
-    if let Err(e) = shared {
-        tracing::warn!(cluster = %id, error = %e, "a cluster's list could not be shared, or not all read: listed here");
-        return alone().await;
-    }
-    Ok(())
+    let Err(e) = shared else { return Ok(()) };
+    tracing::warn!(cluster = %id, error = %e, "a cluster's list could not be shared, or not all read: listed here");
+    alone().await
 }
 
 /// Lists `id` from `instances` (each page to `found`), sharing it as claimed `at`: each page
@@ -94,24 +90,20 @@ async fn make(
         };
         (instances.cluster_instances(&id.place, &id.name, at_once, &each)).await
     };
-    let write = async {
-        let put = async |n, last, facts| {
-            lists
-                .put_page(id, at, n, &seal(key, (id, at), (n, last, facts)))
-                .await
-        };
-        let (mut n, mut written) = (0, Ok(()));
-        while let Some(page) = rx.recv().await {
-            for facts in split(page) {
-                if written.is_ok() {
-                    (written, n) = (put(n, false, facts).await, n + 1);
+    // Moved in: once a write fails, the pages still listed are dropped as they come.
+    let write = async move {
+        let page = |n, last, facts| seal(key, (id, at), (n, last, facts));
+        let written = async {
+            let mut n = 0;
+            while let Some(listed) = rx.recv().await {
+                for facts in split(listed) {
+                    lists.put_page(id, at, n, &page(n, false, facts)).await?;
+                    n += 1;
                 }
             }
-        }
-        if written.is_ok() {
-            written = put(n, true, Vec::new()).await;
-        }
-        if let Err(e) = written {
+            lists.put_page(id, at, n, &page(n, true, Vec::new())).await
+        };
+        if let Err(e) = written.await {
             tracing::warn!(cluster = %id, error = %e, "a cluster's list could not all be shared: the other environments list it themselves after LIST_WAIT");
         }
     };
@@ -142,10 +134,9 @@ fn seal(
     (id, at): (&ClusterId, DateTime<Utc>),
     (n, last, facts): (usize, bool, Vec<InstanceFacts>),
 ) -> String {
-    let (cluster, at) = (id.to_string(), at.timestamp_millis());
     let page = Page {
-        cluster,
-        at,
+        cluster: id.to_string(),
+        at: at.timestamp_millis(),
         n,
         last,
         facts,

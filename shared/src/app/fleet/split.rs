@@ -20,7 +20,6 @@ use crate::app::pipeline::Described;
 pub use crate::domain::clusters::Destination;
 use crate::domain::clusters::{ClusterId, Place, home};
 use crate::domain::event::{Event, EventKind};
-use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
 
@@ -41,64 +40,55 @@ pub fn split(
     (served, own): (&[ClusterId], &Place),
 ) -> BTreeMap<Destination, Share> {
     let mut shares: BTreeMap<Destination, Share> = BTreeMap::new();
-    let mut put = |to: Destination, record: Record, position: usize| {
-        let share = shares.entry(to).or_default();
-        share.records.push(record);
-        share.positions.push(position);
-    };
     for (position, record) in records.iter().enumerate() {
-        let event = match &record.event {
-            Ok(event) if event.kind != EventKind::Unsupported => event,
-            _ => {
-                put(Destination::Elsewhere, record.clone(), position);
-                continue;
-            }
-        };
-        if let Some(c) = &record.continuation {
-            let named = c.plan.cluster.as_deref().map(ClusterId::parse);
-            let found = named
-                .and_then(Result::ok)
-                .and_then(|id| served.iter().find(|s| **s == id.or(own)));
-            let to = match found {
-                _ if served.is_empty() => Destination::Cluster(None),
-                Some(id) => Destination::Cluster(Some(id.clone())),
-                None => Destination::NotServed(c.plan.cluster.clone()),
-            };
-            put(to, record.clone(), position);
-            continue;
-        }
-        if instances.failure_of(event).is_some() {
-            put(Destination::Unrouted, record.clone(), position);
-            continue;
-        }
-        let homes = homes(event, &instances.found, served, own);
-        match homes.as_slice() {
-            [] => put(Destination::Elsewhere, record.clone(), position),
-            [(one, _)] => put(one.clone(), record.clone(), position),
-            several => {
-                for (home, ids) in several {
-                    put(home.clone(), part(record, event, home, ids), position);
-                }
-            }
+        for (to, record) in destinations(record, instances, (served, own)) {
+            let share = shares.entry(to).or_default();
+            share.records.push(record);
+            share.positions.push(position);
         }
     }
     shares
 }
 
-/// The event's instances by home.
-fn homes(
-    event: &Event,
-    instances: &BTreeMap<String, InstanceFacts>,
-    served: &[ClusterId],
-    own: &Place,
-) -> Vec<(Destination, Vec<String>)> {
-    let place = Place::of_event(event);
-    let mut out: BTreeMap<Destination, Vec<String>> = BTreeMap::new();
-    for id in &event.instance_ids {
-        let h = home(instances.get(id), &place, served, own);
-        out.entry(h).or_default().push(id.clone());
+/// Where `record` goes (see [`split`]): whole, or split into parts, one per home of its
+/// instances.
+fn destinations(
+    record: &Record,
+    instances: &Described,
+    (served, own): (&[ClusterId], &Place),
+) -> Vec<(Destination, Record)> {
+    let whole = |to| vec![(to, record.clone())];
+    let event = match &record.event {
+        Ok(event) if event.kind != EventKind::Unsupported => event,
+        _ => return whole(Destination::Elsewhere),
+    };
+    if let Some(c) = &record.continuation {
+        let named = c.plan.cluster.as_deref().map(ClusterId::parse);
+        let id = named.and_then(Result::ok);
+        let found = id.and_then(|id| served.iter().find(|s| **s == id.or(own)));
+        return whole(match found {
+            _ if served.is_empty() => Destination::Cluster(None),
+            Some(id) => Destination::Cluster(Some(id.clone())),
+            None => Destination::NotServed(c.plan.cluster.clone()),
+        });
     }
-    out.into_iter().collect()
+    if instances.failure_of(event).is_some() {
+        return whole(Destination::Unrouted);
+    }
+    // The event's instances by home.
+    let place = Place::of_event(event);
+    let mut homes: BTreeMap<Destination, Vec<String>> = BTreeMap::new();
+    for id in &event.instance_ids {
+        let h = home(instances.found.get(id), &place, served, own);
+        homes.entry(h).or_default().push(id.clone());
+    }
+    if homes.len() <= 1 {
+        return whole(homes.into_keys().next().unwrap_or(Destination::Elsewhere));
+    }
+    let parts = homes
+        .iter()
+        .map(|(home, ids)| (home.clone(), part(record, event, home, ids)));
+    parts.collect()
 }
 
 /// The part of `record` about `ids`, the instances of `home`: its own idempotence key.
@@ -130,17 +120,13 @@ pub fn join(records: &[Record], shares: Vec<(Share, Vec<Report>)>) -> Vec<Report
             }
         }
     }
-    records
-        .iter()
-        .zip(parts)
-        .map(|(record, parts)| join_parts(record, parts))
-        .collect()
+    records.iter().zip(parts).map(join_parts).collect()
 }
 
 /// The report of `record` from its parts' reports: one part, as it is; several, their pools
 /// and actions together, the worst outcome (failed, then acted, planned, duplicate, ignored),
 /// each part's reason under its cluster.
-pub fn join_parts(record: &Record, mut parts: Vec<Report>) -> Report {
+fn join_parts((record, mut parts): (&Record, Vec<Report>)) -> Report {
     if parts.len() <= 1 {
         return parts.pop().unwrap_or_else(|| {
             Report::new(record).failed("internal: record not processed".into())
@@ -149,31 +135,27 @@ pub fn join_parts(record: &Record, mut parts: Vec<Report>) -> Report {
     let mut joined = Report::new(record);
     joined.outcome = parts.iter().map(|p| p.outcome).max().unwrap_or_default();
     joined.summary = parts[0].summary.clone();
-    joined.permanent = parts
-        .iter()
-        .filter(|p| p.outcome == Outcome::Failed)
-        .all(|p| p.permanent);
-    let reasons: Vec<String> = parts
-        .iter()
-        .filter_map(|p| {
-            let reason = p.reason.as_deref()?;
-            Some(match &p.cluster {
-                Some(cluster) => format!("cluster {cluster}: {reason}"),
-                None => reason.to_string(),
-            })
-        })
-        .collect();
-    joined.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+    let mut failed = parts.iter().filter(|p| p.outcome == Outcome::Failed);
+    joined.permanent = failed.all(|p| p.permanent);
+    let mut reasons = Vec::new();
     for part in parts {
+        if let Some(reason) = &part.reason {
+            reasons.push(match &part.cluster {
+                Some(cluster) => format!("cluster {cluster}: {reason}"),
+                None => reason.clone(),
+            });
+        }
         joined.pools.extend(part.pools);
         joined.actions.extend(part.actions);
     }
+    joined.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
     joined
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::facts::InstanceFacts;
     use crate::domain::fixtures;
     use crate::domain::inbound::decode_value;
     use crate::ports::{FailureKind, PortError};

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::split::{Destination, Share};
+use super::split::Share;
 use crate::domain::inbound::Record;
 use crate::domain::inbound::continuation::{Tenant, message_group};
 use crate::domain::inbound::sqs::triaged_body;
@@ -155,27 +155,24 @@ pub fn triage(share: Share, turn: &Turn, parted: &BTreeSet<usize>) -> (Share, Sh
     (now, later)
 }
 
-/// Sends each record of `later` (what [`triage`] left for later of a cluster's share, bound
-/// `to`, by `turn`) back to the queue it came from, at once (ten at a time), in the message
-/// group of the cluster's continuations (`tenant`'s: the cluster's, or in an organization its
-/// account's, so that the account's cordons keep coming before its drains): a continuation as
-/// it came, a warning as triaged. Each is reported requeued once sent, saying why (its message
+/// Sends each record of `later` (what [`triage`] left for later of a cluster's share, of
+/// `cluster` (`None`: the one cluster of a deployment that names none), by `turn`) back to the
+/// queue it came from, at once (ten at a time), in the message group of the cluster's
+/// continuations (`tenant`'s: the cluster's, or in an organization its account's, so that the
+/// account's cordons keep coming before its drains): a continuation as it came, a warning as
+/// triaged. Each is reported requeued once sent, saying why (its message
 /// is then deleted), failed (retryable: the message comes back) when not.
 pub async fn requeue(
     queue: &dyn ContinuationQueue,
-    (to, tenant): (&Destination, Tenant),
+    (cluster, tenant): (Option<&str>, Tenant),
     later: Share,
     turn: &Turn,
 ) -> (Share, Vec<Report>) {
-    let cluster = match to {
-        Destination::Cluster(Some(id)) => Some(id.to_string()),
-        _ => None,
-    };
-    let group = &message_group(cluster.as_deref(), tenant);
-    let (cluster, named) = (&cluster, cluster.as_deref().unwrap_or("served"));
+    let group = &message_group(cluster, tenant);
+    let named = cluster.unwrap_or("served");
     let sends = later.records.iter().map(|record| async move {
         let report = Report {
-            cluster: cluster.clone(),
+            cluster: cluster.map(str::to_string),
             ..Report::new(record)
         };
         let (Some(arn), Some(body)) = (&record.queue_arn, &record.body) else {
@@ -392,8 +389,7 @@ mod tests {
         s.records[1].continuation = Some(drain(Some(-10)));
         assert!(!held(&s.records[1], t0 - secs(8)), "its deadline past");
         let queue = RecordingQueue::default();
-        let to = Destination::Cluster(None);
-        let (_, reports) = requeue(&queue, (&to, Tenant::Cluster), later, &at(53)).await;
+        let (_, reports) = requeue(&queue, (None, Tenant::Cluster), later, &at(53)).await;
         let why = reports[0].reason.as_deref().unwrap_or_default();
         assert!(why.contains("its triaged warnings are worked on"), "{why}");
         assert_eq!(
@@ -411,13 +407,10 @@ mod tests {
         let mut later = share(&bodies);
         later.records[1].continuation = Some(Default::default());
         let prod = "123456789012/us-east-1/prod";
-        let to = Destination::Cluster(Some(
-            crate::domain::clusters::ClusterId::parse(prod).unwrap(),
-        ));
         for (tenant, group) in [(Tenant::Cluster, prod), (Tenant::Account, "123456789012")] {
             let queue = RecordingQueue::default();
-            let (_, reports) =
-                requeue(&queue, (&to, tenant), later.clone(), &turn(11, Some(0))).await;
+            let from = (Some(prod), tenant);
+            let (_, reports) = requeue(&queue, from, later.clone(), &turn(11, Some(0))).await;
             assert!(
                 reports.iter().all(|r| r.outcome == Outcome::Requeued),
                 "{reports:#?}"
