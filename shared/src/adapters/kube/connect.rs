@@ -1,16 +1,17 @@
 //! The connection to the API server: kubeconfig inference, or EKS with an IAM token.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::adapters::clock::SystemClock;
-use crate::ports::{Clock, span};
 
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use aws_config::SdkConfig;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use k8s_openapi::api::core::v1::Node;
 use tokio::sync::Mutex;
 
 use super::api::rate_limit::{Lane, RateLimiter};
@@ -19,7 +20,7 @@ use crate::adapters::accounts::Accounts;
 use crate::adapters::aws::{AwsError, AwsSettings, call_error};
 use crate::adapters::backoff::ClockSleeper;
 use crate::domain::clusters::{ClusterId, Place};
-use crate::ports::{BoxError, FailureKind, PortError};
+use crate::ports::{BoxError, Clock, FailureKind, PortError, Work, span};
 
 /// forewarn's share of each API server, across every execution environment of a function:
 /// requests per second, and burst. The deployed default of the client-side limit is this
@@ -83,11 +84,10 @@ pub struct ClusterClient {
     lane: Lane,
     /// The work the client is used for: when it must be over, if it must, and whether it rides
     /// out no outage (see [`ClusterClient::for_work`]).
-    pub(crate) work: crate::ports::Work,
+    pub(crate) work: Work,
 }
 
-type RecentNodes =
-    std::collections::HashMap<String, (DateTime<Utc>, k8s_openapi::api::core::v1::Node)>;
+type RecentNodes = HashMap<String, (DateTime<Utc>, Node)>;
 
 /// How long a node read by the directory may stand in for a fresh read.
 const RECENT_NODE: Duration = Duration::from_secs(10);
@@ -123,7 +123,7 @@ impl std::fmt::Debug for ClusterClient {
 impl ClusterClient {
     /// Keeps `node`, just read, for [`ClusterClient::take_recent_node`]; entries older than
     /// a few seconds are dropped.
-    pub(crate) fn remember_node(&self, node: &k8s_openapi::api::core::v1::Node) {
+    pub(crate) fn remember_node(&self, node: &Node) {
         let Some(name) = node.metadata.name.clone() else {
             return;
         };
@@ -136,7 +136,7 @@ impl ClusterClient {
     /// The node `name` as the directory read it a few seconds ago at most, taken (used once).
     /// A write based on it carries its `resourceVersion`, so a change since answers 409 and the
     /// node is read again.
-    pub(crate) fn take_recent_node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
+    pub(crate) fn take_recent_node(&self, name: &str) -> Option<Node> {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let (at, node) = recent.remove(name)?;
         (self.clock.now() - at < span(RECENT_NODE)).then_some(node)
@@ -165,7 +165,7 @@ impl ClusterClient {
             clock: SystemClock::shared(),
             limiter: None,
             lane: Lane::First,
-            work: crate::ports::Work::default(),
+            work: Work::default(),
         }
     }
 
@@ -185,9 +185,9 @@ impl ClusterClient {
     /// their calls retry transient failures until then instead of giving up after a few
     /// attempts, see [`super::api::retry::with_retry`]; `None`: no deadline is known, a
     /// replay, the command line, and calls keep their few attempts), and whether it
-    /// rides out an outage ([`crate::ports::Work::fail_fast`]: when not, a failure of the API
+    /// rides out an outage ([`Work::fail_fast`]: when not, a failure of the API
     /// server is not retried — the event comes back instead — while a throttle is still waited).
-    pub fn for_work(&self, work: crate::ports::Work) -> ClusterClient {
+    pub fn for_work(&self, work: Work) -> ClusterClient {
         ClusterClient {
             work,
             ..self.clone()
@@ -315,12 +315,11 @@ pub async fn connect(
                 context: Some(name.clone()),
                 ..KubeConfigOptions::default()
             };
-            ::kube::Config::from_kubeconfig(&options)
-                .await
-                .map_err(|source| {
-                    PortError::new(format!("cluster {name}"), FailureKind::Invalid, source)
-                        .doing("the kubeconfig (KUBECONFIG, ~/.kube/config)")
-                })?
+            let config = ::kube::Config::from_kubeconfig(&options).await;
+            config.map_err(|source| {
+                PortError::new(format!("cluster {name}"), FailureKind::Invalid, source)
+                    .doing("the kubeconfig (KUBECONFIG, ~/.kube/config)")
+            })?
         }
         ClusterAccess::Eks(eks) => {
             return connect_eks(eks, &crate::adapters::aws::load(aws).await, identity).await;
@@ -371,22 +370,16 @@ impl EksClusters {
     pub async fn of(sdk: &SdkConfig) -> Result<Vec<String>, PortError> {
         let client = aws_sdk_eks::Client::new(sdk);
         let names = client.list_clusters().into_paginator().items().send();
-        names
-            .collect::<Result<Vec<String>, _>>()
-            .await
-            .map_err(|e| call_error("eks", e))
+        let names = names.collect::<Result<Vec<String>, _>>().await;
+        names.map_err(|e| call_error("eks", e))
     }
 }
 
 #[async_trait::async_trait]
 impl crate::ports::ClusterCatalog for EksClusters {
     async fn clusters(&self, place: &Place) -> Result<Vec<String>, PortError> {
-        let sdk = self
-            .0
-            .config_for(place)
-            .await
-            .map_err(|e| e.for_lookup("eks"))?;
-        EksClusters::of(&sdk).await
+        let sdk = self.0.config_for(place).await;
+        EksClusters::of(&sdk.map_err(|e| e.for_lookup("eks"))?).await
     }
 }
 
@@ -450,9 +443,8 @@ pub(crate) async fn base_config(
     });
     let kubeconfig = Kubeconfig::from_yaml(&kubeconfig.to_string()).map_err(failed)?;
     let options = KubeConfigOptions::default();
-    let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-        .await
-        .map_err(failed)?;
+    let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options).await;
+    let mut config = config.map_err(failed)?;
     tune(&mut config, identity);
     Ok(config)
 }

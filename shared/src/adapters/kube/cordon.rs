@@ -24,7 +24,7 @@ use super::events::{EventType, Said};
 use super::executor::{CONFLICT_ATTEMPTS, KubeExecutor};
 use super::node_facts::node_facts;
 use super::outcome::NodeOutcome;
-use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
+use crate::domain::config::{LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::cordon_record::{
     ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, read, read_unverified,
 };
@@ -50,22 +50,6 @@ pub struct CordonSpec {
     /// The keys the record is signed with (the current one) and a record already there is
     /// verified with (see [`RecordKeys`]).
     pub keys: RecordKeys,
-}
-
-impl CordonSpec {
-    /// The cordon of `a` for an event of `kind`: its taint (its key, with the kind as value),
-    /// the configured effect and label, and its record as the reason.
-    pub fn new(config: &Config, kind: EventKind, a: &NodeAction, keys: RecordKeys) -> CordonSpec {
-        CordonSpec {
-            taint_key: a.taint_key.clone(),
-            own_key: config.taint_key.clone(),
-            taint_value: kind.to_string(),
-            taint_effect: config.taint_effect,
-            exclude_from_load_balancers: a.exclude_from_load_balancers,
-            record: a.record.clone(),
-            keys,
-        }
-    }
 }
 
 /// How a cordon treats records.
@@ -149,16 +133,13 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     // (it may be forewarn's, signed; replaced unsigned it would lose its reason for good).
     let keep =
         matches!(spec.keys, RecordKeys::Unreadable) && annotations.contains_key(ANNOTATION_CORDON);
+    let other_taint = (other_key && !theirs).then(|| spec.taint_key.clone());
     let record = spec.record.as_ref().filter(|_| !keep).map(|r| {
         CordonRecord {
             // The label is forewarn's to remove only if forewarn adds it; so is a taint of
             // another key than its own.
             excluded_from_lb: spec.exclude_from_load_balancers && !labelled,
-            taints: if other_key && !theirs {
-                vec![spec.taint_key.clone()]
-            } else {
-                Vec::new()
-            },
+            taints: other_taint.into_iter().collect(),
             until: r.until.filter(|_| !unrecorded),
             // Whether the node was unschedulable before forewarn's first cordon: a record
             // already there knew ([`CordonRecord::after`] keeps it); else the node as read —
@@ -223,11 +204,8 @@ pub fn uncordon_patch(
         });
     }
     // Exactly the record read and verified, signature included.
-    if read_unverified(node.annotations())
-        .and_then(Result::ok)
-        .as_ref()
-        != Some(record)
-    {
+    let on_node = read_unverified(node.annotations()).and_then(Result::ok);
+    if on_node.as_ref() != Some(record) {
         return Err(Refusal::NewRecord {
             node: name.to_string(),
         });
@@ -371,7 +349,17 @@ impl KubeExecutor {
         already_ours: bool,
         out: &mut NodeOutcome,
     ) -> Result<(bool, bool), KubeError> {
-        let spec = CordonSpec::new(&self.config, kind, a, self.record_keys(node).await);
+        // The cordon of `a` for an event of `kind`: its taint (its key, with the kind as value),
+        // the configured effect and label, and its record as the reason.
+        let spec = CordonSpec {
+            taint_key: a.taint_key.clone(),
+            own_key: self.config.taint_key.clone(),
+            taint_value: kind.to_string(),
+            taint_effect: self.config.taint_effect,
+            exclude_from_load_balancers: a.exclude_from_load_balancers,
+            record: a.record.clone(),
+            keys: self.record_keys(node).await,
+        };
         let write = self.write_node(node.clone(), (&a.instance_id, "cordoned"), |node| {
             Ok(cordon_patch(node, &spec))
         });

@@ -29,9 +29,8 @@ const PARALLELISM: usize = 8;
 /// Every node: one paged `list`.
 async fn list_nodes(clients: &ClusterClient) -> Result<Vec<Node>, PortError> {
     let api = Api::all(clients.client().await.map_err(directory_error)?);
-    list_all(clients, &api, "nodes")
-        .await
-        .map_err(directory_error)
+    let listed = list_all(clients, &api, "nodes").await;
+    listed.map_err(directory_error)
 }
 
 fn directory_error(e: impl Into<KubeError>) -> PortError {

@@ -39,6 +39,7 @@ use ::kube::api::{ListParams, PostParams};
 use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use futures::future::OptionFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub(crate) const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
@@ -232,16 +233,12 @@ impl KubeExecutor {
             return Ok(report);
         }
         let now = clients.clock().now();
-        let surge = if a.surge && now < deadline {
+        let surge = (a.surge && now < deadline).then(|| {
             let surge = (plan.event_id.as_str(), deadline, pass.is_first_drain());
             let pods = (listed.as_slice(), evictable.as_slice());
-            Some(
-                self.surge_pass(surge, (node, node_uid), pods, &mut report)
-                    .await,
-            )
-        } else {
-            None
-        };
+            self.surge_pass(surge, (node, node_uid), pods, &mut report)
+        });
+        let surge = OptionFuture::from(surge).await;
         // Checked: both times come from a message (verified, but a time is never trusted to add).
         let last_quarter = (deadline - started_at)
             .checked_mul(3)

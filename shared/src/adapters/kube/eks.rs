@@ -60,10 +60,8 @@ pub fn presigned_url(
     credentials: &Credentials,
     time: SystemTime,
 ) -> Result<String, BoxError> {
-    let base = format!(
-        "https://{}/?Action=GetCallerIdentity&Version=2011-06-15",
-        sts_host(region)
-    );
+    let host = sts_host(region);
+    let base = format!("https://{host}/?Action=GetCallerIdentity&Version=2011-06-15");
     let identity = credentials.clone().into();
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;

@@ -181,10 +181,9 @@ impl KubeExecutor {
             } else {
                 "CordonDrain"
             };
-            let mut note = a.reason.clone();
-            if let Some(deadline) = a.deadline {
-                note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
-            }
+            let deadline = a.deadline.map(|d| d.to_rfc3339());
+            let deadline = deadline.map(|d| format!(" (drain deadline {d})"));
+            let note = format!("{}{}", a.reason, deadline.unwrap_or_default());
             let said = Said(EventType::Warning, &plan.event_reason, action, note);
             self.event(&plan.event_id, node, said, out).await;
         }
@@ -217,15 +216,12 @@ impl KubeExecutor {
             return;
         }
         let reason = plan.pod_event_reason.as_str();
-        let goes_at = a
-            .deadline
-            .filter(|_| a.grace_to_deadline)
-            .map(|d| d + self.config.deadline_margin);
+        let goes_at = a.deadline.filter(|_| a.grace_to_deadline);
         let note = pod_event::note(&Notice {
             instance_id: &a.instance_id,
             node: node_name,
             summary: &plan.summary,
-            goes_at,
+            goes_at: goes_at.map(|d| d + self.config.deadline_margin),
             drain_by: a.deadline,
         });
         let related = reference("Node", &node.metadata);

@@ -77,9 +77,8 @@ impl KubeExecutor {
             Lane::Later
         };
         // The same executor, its client in the pass's lane and within the work's deadline.
-        let clients = self.clients.in_lane(lane).for_work(work);
         let this = KubeExecutor {
-            clients,
+            clients: self.clients.in_lane(lane).for_work(work),
             ..self.clone()
         };
         let runs = plan.actions.iter().map(|a| {

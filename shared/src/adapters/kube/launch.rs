@@ -47,17 +47,15 @@ async fn look(clients: &ClusterClient, a: &NodeAction) -> Result<Look, KubeError
             continue;
         };
         match node_facts(&node).verify_runs(&a.instance_id) {
-            Ok(()) => {}
             Err(why @ NotItsNode::ControlPlane { .. }) => return Ok(Look::Refused(why)),
-            Err(why) => {
-                whys.push(why.to_string());
-                continue;
+            Err(why) => whys.push(why.to_string()),
+            Ok(()) => {
+                return Ok(match ready(&node) {
+                    Ok(()) => Look::Ready((*name).to_string()),
+                    Err(why) => Look::NotYet(format!("node/{name} is not Ready ({why})")),
+                });
             }
         }
-        return Ok(match ready(&node) {
-            Ok(()) => Look::Ready((*name).to_string()),
-            Err(why) => Look::NotYet(format!("node/{name} is not Ready ({why})")),
-        });
     }
     let looked = format!(
         "no node of instance {} yet (looked for node/{})",
@@ -124,13 +122,8 @@ impl KubeExecutor {
         }
         let pending = out.result.pending || waiting;
         if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
-            if matches!(
-                pass,
-                Pass::Drain {
-                    heartbeat: true,
-                    ..
-                }
-            ) && let Some(completer) = &self.lifecycle
+            if matches!(pass, Pass::Drain { heartbeat, .. } if heartbeat)
+                && let Some(completer) = &self.lifecycle
                 && completer.heartbeat(&a.instance_id, lifecycle).await?
             {
                 out.result.heartbeat_at = Some(self.clients.clock().now());

@@ -18,6 +18,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
             .unwrap_or_else(|| "default".into()),
         name: name.clone(),
     };
+    let annotated = annotations.get(ANNOTATION_CAPI_MACHINE);
     let owner = (node.owner_references().iter())
         .find_map(|r| {
             let group = r.api_version.split('/').next().unwrap_or_default();
@@ -29,12 +30,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
                 _ => None,
             }
         })
-        .or_else(|| {
-            annotations
-                .get(ANNOTATION_CAPI_MACHINE)
-                .filter(|m| !m.is_empty())
-                .map(machine)
-        });
+        .or_else(|| annotated.filter(|m| !m.is_empty()).map(machine));
     let taints = (spec.and_then(|s| s.taints.as_ref()).into_iter().flatten())
         .map(|t| t.key.clone())
         .collect();

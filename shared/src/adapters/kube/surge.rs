@@ -147,14 +147,10 @@ impl KubeExecutor {
         let mut rounds = earlier_rounds(to_evict);
         if first {
             let budgets = budget_rounds(clients, memory, &surging);
-            for uid in until(clients.clock(), end, budgets)
-                .await
-                .unwrap_or_default()
-            {
-                rounds
-                    .entry(uid)
-                    .and_modify(|r| *r = (*r).max(1))
-                    .or_insert(1);
+            let budgets = until(clients.clock(), end, budgets).await;
+            for uid in budgets.unwrap_or_default() {
+                let r = rounds.entry(uid).or_default();
+                *r = (*r).max(1);
             }
         }
         let latest_of = |pod: &Pod, uid: &str| {
@@ -532,11 +528,10 @@ pub(crate) async fn budget_rounds(
             kept.insert(ns.to_string(), (now, selectors));
         }
         let selectors = kept.get(ns).map(|(_, s)| s.as_slice()).unwrap_or_default();
-        for (pod, uid) in pods.iter().filter(|(pod, _)| namespace(pod) == ns) {
-            if selectors.iter().any(|s| s.matches(pod.labels())) {
-                uids.insert(uid.to_string());
-            }
-        }
+        let selected = pods.iter().filter(|(pod, _)| {
+            namespace(pod) == ns && selectors.iter().any(|s| s.matches(pod.labels()))
+        });
+        uids.extend(selected.map(|(_, uid)| uid.to_string()));
     }
     uids
 }
