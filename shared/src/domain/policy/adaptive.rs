@@ -64,7 +64,11 @@ pub struct Followed {
 impl Followed {
     /// The share followed (0 without recommendations).
     pub fn share(&self) -> f64 {
-        f64::from(self.followed) / f64::from(self.recommendations.max(1))
+        if self.recommendations == 0 {
+            0.0
+        } else {
+            f64::from(self.followed) / f64::from(self.recommendations)
+        }
     }
 }
 
