@@ -69,8 +69,10 @@ pub struct ElbTargets {
     /// The target groups of (place, cluster) as known.
     groups: Arc<Mutex<HashMap<ClusterId, Known>>>,
     /// Each group's targets (by ARN), and when they were read.
-    targets: Arc<Mutex<HashMap<String, (DateTime<Utc>, Vec<Target>)>>>,
+    targets: Arc<Mutex<Targets>>,
 }
+
+type Targets = HashMap<String, (DateTime<Utc>, Vec<Target>)>;
 
 /// A cluster's target groups as known.
 #[derive(Clone, Debug, Default)]
